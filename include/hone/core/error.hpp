@@ -1,0 +1,71 @@
+// hone/core/error.hpp: the exception hierarchy. Every error hone throws derives from
+// hone::error (itself a std::runtime_error) and its message says what was wrong and what to do.
+#pragma once
+
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "hone/core/config.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+/// Base of every exception hone throws.
+class error : public std::runtime_error {
+ public:
+  explicit error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// A configuration or argument that cannot work (a zero size, mismatched shapes, a bad option).
+class config_error : public error {
+ public:
+  using error::error;
+};
+
+/// Memory could not be obtained (host, pinned or device).
+class allocation_error : public error {
+ public:
+  allocation_error(const std::string& what, std::size_t bytes) : error(what), bytes_(bytes) {}
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  std::size_t bytes_;
+};
+
+/// A checkpoint or other file hone reads is damaged or does not match what was expected.
+class checkpoint_error : public error {
+ public:
+  using error::error;
+};
+
+/// An I/O operation failed (open, write, fsync, rename); the message carries errno's text.
+class io_error : public error {
+ public:
+  using error::error;
+};
+
+/// A CUDA runtime call failed. The message names the call, the CUDA error and the source place.
+class cuda_error : public error {
+ public:
+  cuda_error(const std::string& what, int code) : error(what), code_(code) {}
+  /// The cudaError_t value, as an int so this header needs no CUDA headers.
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+namespace detail {
+inline std::string where(const std::source_location& loc) {
+  return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
+}
+}  // namespace detail
+
+/// Throws config_error with `message` when `condition` is false. Used for argument checks that
+/// cannot be made at compile time.
+inline void require(bool condition, std::string_view message) {
+  if (!condition) throw config_error(std::string(message));
+}
+
+HONE_NAMESPACE_END
