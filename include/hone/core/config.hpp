@@ -15,7 +15,8 @@
 // cannot be linked together silently (their mangled names differ).
 #define HONE_ABI_CONCAT_(a, b, c) v##a##_##b##_##c
 #define HONE_ABI_CONCAT(a, b, c) HONE_ABI_CONCAT_(a, b, c)
-#define HONE_ABI_NAMESPACE HONE_ABI_CONCAT(HONE_VERSION_MAJOR, HONE_VERSION_MINOR, HONE_VERSION_PATCH)
+#define HONE_ABI_NAMESPACE \
+  HONE_ABI_CONCAT(HONE_VERSION_MAJOR, HONE_VERSION_MINOR, HONE_VERSION_PATCH)
 #define HONE_NAMESPACE_BEGIN \
   namespace hone {           \
   inline namespace HONE_ABI_NAMESPACE {

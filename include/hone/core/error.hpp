@@ -2,7 +2,6 @@
 // hone::error (itself a std::runtime_error) and its message says what was wrong and what to do.
 #pragma once
 
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -56,9 +55,20 @@ class cuda_error : public error {
   int code_;
 };
 
+/// The place an error was detected. std::source_location would do, but clang 14 with libstdc++
+/// cannot compile it; the builtins below are understood by g++, clang and nvcc alike.
+struct source_location {
+  const char* file = "";
+  unsigned line = 0;
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           unsigned line = __builtin_LINE()) noexcept {
+    return {file, line};
+  }
+};
+
 namespace detail {
-inline std::string where(const std::source_location& loc) {
-  return std::string(loc.file_name()) + ":" + std::to_string(loc.line());
+inline std::string where(const source_location& loc) {
+  return std::string(loc.file) + ":" + std::to_string(loc.line);
 }
 }  // namespace detail
 

@@ -1,0 +1,62 @@
+// hone/core/cuda/space.hpp: allocation in device memory and page-locked host memory through the
+// CUDA runtime. Included by hone/core/space.hpp when the hone::cuda target is linked.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+
+#include "hone/core/cuda/error.hpp"
+#include "hone/core/space.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace detail {
+inline void throw_cuda_alloc(cudaError_t status, std::size_t bytes, const char* what) {
+  (void)cudaGetLastError();
+  throw allocation_error(std::string("hone: ") + what + " of " + std::to_string(bytes) +
+                             " bytes failed: " + cudaGetErrorString(status) +
+                             "; reduce the size or free memory first",
+                         bytes);
+}
+}  // namespace detail
+
+template <>
+struct space_traits<cuda_space> {
+  static constexpr bool host_accessible = false;
+  static constexpr const char* name = "cuda";
+  static void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    if (cudaError_t s = cudaMalloc(&p, bytes); s != cudaSuccess) {
+      detail::throw_cuda_alloc(s, bytes, "cudaMalloc");
+    }
+    return p;
+  }
+  static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
+    if (p != nullptr) (void)cudaFree(p);
+  }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes != 0) HONE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  }
+};
+
+template <>
+struct space_traits<pinned_host_space> {
+  static constexpr bool host_accessible = true;
+  static constexpr const char* name = "pinned host";
+  static constexpr bool pinned() noexcept { return true; }
+  static void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    if (cudaError_t s = cudaHostAlloc(&p, bytes, cudaHostAllocDefault); s != cudaSuccess) {
+      detail::throw_cuda_alloc(s, bytes, "cudaHostAlloc");
+    }
+    return p;  // page aligned, so also host_alignment aligned
+  }
+  static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
+    if (p != nullptr) (void)cudaFreeHost(p);
+  }
+  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+};
+HONE_NAMESPACE_END

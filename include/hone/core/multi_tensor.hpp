@@ -1,0 +1,161 @@
+// hone/core/multi_tensor.hpp: lists of tensors processed together. A tensor_lists<Ts...> holds
+// `depth` parallel lists (for AdamW: params, grads, exp_avg, exp_avg_sq); entry t of every list
+// has the same number of elements. for_each / transform_reduce run one element functor over all
+// of them in a single pass, chunked across oneTBB workers (the CPU twin of apex's and PyTorch's
+// multi_tensor_apply, which core/cuda/multi_tensor_apply.cuh provides on the GPU).
+//
+// The lists hold raw pointers only: they work for host and device memory alike.
+#pragma once
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_reduce.h>
+#include <oneapi/tbb/partitioner.h>
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hone/core/config.hpp"
+#include "hone/core/device_span.hpp"
+#include "hone/core/error.hpp"
+#include "hone/core/parallel.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+template <class... Ts>
+class tensor_lists {
+  static_assert(sizeof...(Ts) > 0, "hone::tensor_lists needs at least one list");
+
+ public:
+  static constexpr std::size_t depth = sizeof...(Ts);
+  using pointers = std::tuple<Ts*...>;
+
+  tensor_lists() = default;
+
+  /// Appends one tensor to every list: `n` elements at each pointer. Empty tensors are skipped.
+  void add(std::size_t n, Ts*... p) {
+    if (n == 0) return;
+    if (((p == nullptr) || ...)) {
+      throw config_error("hone::tensor_lists::add: a tensor of " + std::to_string(n) +
+                         " elements has a null pointer; allocate it before adding");
+    }
+    sizes_.push_back(n);
+    ptrs_.emplace_back(p...);
+    total_ += n;
+  }
+  /// Appends one tensor to every list from spans (std::span or hone::device_span); every span must
+  /// have the same size, else config_error names both sizes.
+  template <class... Spans>
+  requires(sizeof...(Spans) == sizeof...(Ts)) void add_spans(Spans... s) {
+    const std::size_t n = std::get<0>(std::forward_as_tuple(s...)).size();
+    std::size_t index = 0;
+    (check_size(n, s.size(), index++), ...);
+    add(n, s.data()...);
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return sizes_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return sizes_.empty(); }
+  [[nodiscard]] std::size_t numel(std::size_t t) const { return sizes_.at(t); }
+  [[nodiscard]] std::size_t total_numel() const noexcept { return total_; }
+  [[nodiscard]] const pointers& at(std::size_t t) const { return ptrs_.at(t); }
+  template <std::size_t K>
+  [[nodiscard]] auto* pointer(std::size_t t) const {
+    return std::get<K>(ptrs_.at(t));
+  }
+
+ private:
+  void check_size(std::size_t n, std::size_t m, std::size_t list) const {
+    if (n != m) {
+      throw config_error("hone::tensor_lists::add_spans: list " + std::to_string(list) + " has " +
+                         std::to_string(m) + " elements but list 0 has " + std::to_string(n) +
+                         "; every list must hold a tensor of the same size");
+    }
+  }
+
+  std::vector<std::size_t> sizes_;
+  std::vector<pointers> ptrs_;
+  std::size_t total_ = 0;
+};
+
+namespace detail {
+struct chunk {
+  std::size_t tensor, begin, end;
+};
+
+/// Splits every tensor into chunks of at most `grain` elements (the task table of one pass).
+template <class... Ts>
+std::vector<chunk> make_chunks(const tensor_lists<Ts...>& lists, std::size_t grain) {
+  std::vector<chunk> chunks;
+  chunks.reserve(lists.total_numel() / grain + lists.size());
+  for (std::size_t t = 0; t < lists.size(); ++t) {
+    const std::size_t n = lists.numel(t);
+    for (std::size_t b = 0; b < n; b += grain)
+      chunks.push_back({t, b, b + grain < n ? b + grain : n});
+  }
+  return chunks;
+}
+
+template <class Op, class Tuple, std::size_t... K>
+HONE_FORCEINLINE void apply_chunk(const Op& op, const chunk& c, const Tuple& ptrs,
+                                  std::index_sequence<K...>) {
+  apply_range(op, c.begin, c.end, std::get<K>(ptrs)...);
+}
+template <class R, class Op, class Reduce, class Tuple, std::size_t... K>
+HONE_FORCEINLINE R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c,
+                                const Tuple& ptrs, std::index_sequence<K...>) {
+  return reduce_range(op, reduce, init, c.begin, c.end, std::get<K>(ptrs)...);
+}
+}  // namespace detail
+
+/// Runs `op(a[i], b[i], ...)` over every element of every tensor of the lists (host memory), in
+/// chunks of tuning.grain elements spread over oneTBB workers.
+template <class Op, class... Ts>
+void for_each(const tensor_lists<Ts...>& lists, const Op& op, host_tuning tuning = {}) {
+  static_assert(std::is_invocable_v<const Op&, Ts&...>,
+                "hone::for_each(tensor_lists): the functor cannot be called with one element "
+                "reference per list; its operator() must be const and take (T0&, T1&, ...).");
+  if (lists.empty()) return;
+  const auto chunks = detail::make_chunks(lists, tuning.grain);
+  constexpr auto seq = std::index_sequence_for<Ts...>{};
+  if (chunks.size() == 1) {
+    detail::apply_chunk(op, chunks[0], lists.at(0), seq);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 1),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t c = r.begin(); c != r.end(); ++c) {
+                        detail::apply_chunk(op, chunks[c], lists.at(chunks[c].tensor), seq);
+                      }
+                    });
+}
+
+/// Reduces `op(a[i], ...)` over every element of every tensor with `reduce` (associative, `init`
+/// its identity). Deterministic for a given grain, whatever the number of threads.
+template <class R, class Op, class Reduce, class... Ts>
+R transform_reduce(const tensor_lists<Ts...>& lists, R init, const Op& op, const Reduce& reduce,
+                   host_tuning tuning = {}) {
+  static_assert(std::is_invocable_r_v<R, const Op&, Ts&...>,
+                "hone::transform_reduce(tensor_lists): the functor must take one element "
+                "reference per list and return a value convertible to the result type.");
+  if (lists.empty()) return init;
+  const auto chunks = detail::make_chunks(lists, tuning.grain);
+  constexpr auto seq = std::index_sequence_for<Ts...>{};
+  return tbb::parallel_deterministic_reduce(
+      tbb::blocked_range<std::size_t>(0, chunks.size(), 1), init,
+      [&](const tbb::blocked_range<std::size_t>& r, R acc) {
+        for (std::size_t c = r.begin(); c != r.end(); ++c) {
+          acc = reduce(acc, detail::reduce_chunk(op, reduce, init, chunks[c],
+                                                 lists.at(chunks[c].tensor), seq));
+        }
+        return acc;
+      },
+      reduce, tbb::simple_partitioner{});
+}
+
+HONE_NAMESPACE_END

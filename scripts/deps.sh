@@ -1,0 +1,51 @@
+# scripts/deps.sh: the one list of what hone's scripts need, and the function that installs it.
+# Sourced by scripts/test, scripts/demo, scripts/bench and scripts/gpu-bundle.
+
+# Debian packages (bookworm names).
+HONE_APT_PACKAGES=(
+  cmake g++ make ccache git python3 python3-pip
+  clang libclang-rt-14-dev
+  libtbb-dev libxtensor-dev libxsimd-dev libzstd-dev
+  libboost-test-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+)
+# Python packages from PyPI: Conan 2 for the package test.
+HONE_PIP_PACKAGES=("conan>=2.0,<3")
+
+hone_missing_apt() {
+  local p missing=()
+  for p in "${HONE_APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  echo "${missing[@]}"
+}
+
+# Installs missing Debian and pip packages when root with apt; otherwise prints the exact
+# commands and returns 1.
+hone_install_deps() {
+  local missing
+  if command -v dpkg-query >/dev/null 2>&1; then
+    missing=$(hone_missing_apt)
+  else
+    echo "scripts: this is not a Debian system; install the equivalents of: ${HONE_APT_PACKAGES[*]}" >&2
+    missing=""
+  fi
+  if [ -n "$missing" ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "== installing system packages: $missing"
+      apt-get update -qq
+      # shellcheck disable=SC2086
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    else
+      echo "Missing system packages. Install them as root, then run this script again:" >&2
+      echo "  apt-get update && apt-get install -y $missing" >&2
+      return 1
+    fi
+  fi
+  if ! command -v conan >/dev/null 2>&1; then
+    echo "== installing pip packages: ${HONE_PIP_PACKAGES[*]}"
+    python3 -m pip install -q "${HONE_PIP_PACKAGES[@]}" ||
+      python3 -m pip install -q --break-system-packages "${HONE_PIP_PACKAGES[@]}" ||
+      echo "warning: could not pip install ${HONE_PIP_PACKAGES[*]}; the Conan package test will be skipped" >&2
+  fi
+}
