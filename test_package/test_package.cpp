@@ -1,0 +1,47 @@
+// Conan test_package: compiles against the packaged headers, links the dependencies hone's
+// targets carry (oneTBB, zstd; CUDA runtime, MPI, NCCL for the components) and runs.
+#include <hone/hone.hpp>
+
+#include <oneapi/tbb/version.h>
+#include <zstd.h>
+
+#include <cstdio>
+#include <string>
+
+#if defined(HONE_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+#if defined(HONE_WITH_MPI)
+#include <mpi.h>
+#endif
+#if defined(HONE_WITH_NCCL)
+#include <nccl.h>
+#endif
+
+int main() {
+  std::string components;
+#if defined(HONE_WITH_CUDA)
+  int cuda_runtime = 0;
+  if (cudaRuntimeGetVersion(&cuda_runtime) != cudaSuccess) return 1;
+  components += " cuda";
+#endif
+#if defined(HONE_WITH_MPI)
+  int mpi_major = 0;
+  int mpi_minor = 0;
+  if (MPI_Get_version(&mpi_major, &mpi_minor) != MPI_SUCCESS) return 1;
+  components += " mpi";
+#endif
+#if defined(HONE_WITH_NCCL)
+  int nccl_version = 0;
+  if (ncclGetVersion(&nccl_version) != ncclSuccess) return 1;
+  components += " nccl";
+#endif
+  try {
+    throw hone::config_error("test_package");
+  } catch (const hone::error& e) {
+    std::printf("hone %d.%d.%d (tbb %s, zstd %s) components:%s\n", hone::version.major,
+                hone::version.minor, hone::version.patch, TBB_runtime_version(),
+                ZSTD_versionString(), components.empty() ? " none" : components.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,68 @@
+// A consumer of hone: compiles against the headers, links what hone's targets carry (oneTBB, zstd,
+// and the CUDA runtime, MPI and NCCL for the components it asked for) and prints what it got.
+#include <hone/hone.hpp>
+
+#include <oneapi/tbb/parallel_reduce.h>
+#include <oneapi/tbb/version.h>
+#include <zstd.h>
+#include <xsimd/config/xsimd_config.hpp>
+#include <xtensor/xtensor_config.hpp>
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+#if defined(HONE_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+#if defined(HONE_WITH_MPI)
+#include <mpi.h>
+#endif
+#if defined(HONE_WITH_NCCL)
+#include <nccl.h>
+#endif
+
+int main() {
+  std::string components;
+#if defined(HONE_WITH_CUDA)
+  int cuda_runtime = 0;
+  if (cudaRuntimeGetVersion(&cuda_runtime) != cudaSuccess) return 2;
+  components += " cuda";
+#endif
+#if defined(HONE_WITH_MPI)
+  int mpi_major = 0;
+  int mpi_minor = 0;
+  if (MPI_Get_version(&mpi_major, &mpi_minor) != MPI_SUCCESS) return 3;
+  components += " mpi";
+#endif
+#if defined(HONE_WITH_NCCL)
+  int nccl_version = 0;
+  if (ncclGetVersion(&nccl_version) != ncclSuccess) return 4;
+  components += " nccl";
+#endif
+
+  // oneTBB and zstd are linked through hone::hone.
+  const std::size_t n = 1000;
+  const std::size_t sum = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n), std::size_t{0},
+      [](const tbb::blocked_range<std::size_t>& r, std::size_t acc) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) acc += i;
+        return acc;
+      },
+      [](std::size_t a, std::size_t b) { return a + b; });
+  if (sum != n * (n - 1) / 2) return 5;
+  if (ZSTD_compressBound(n) < n) return 6;
+
+  try {
+    hone::require(false, "consumer check");
+  } catch (const hone::error& e) {
+    if (std::string(e.what()) != "consumer check") return 7;
+  }
+
+  std::printf(
+      "hone %d.%d.%d consumer OK (tbb %s, zstd %s, xtensor %d.%d, xsimd %d.%d) components:%s\n",
+      hone::version.major, hone::version.minor, hone::version.patch, TBB_runtime_version(),
+      ZSTD_versionString(), XTENSOR_VERSION_MAJOR, XTENSOR_VERSION_MINOR, XSIMD_VERSION_MAJOR,
+      XSIMD_VERSION_MINOR, components.empty() ? " none" : components.c_str());
+  return 0;
+}
