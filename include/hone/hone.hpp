@@ -9,5 +9,6 @@
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/multi_tensor.hpp"
+#include "hone/core/numeric.hpp"
 #include "hone/core/parallel.hpp"
 #include "hone/core/space.hpp"
