@@ -12,3 +12,5 @@
 #include "hone/core/numeric.hpp"
 #include "hone/core/parallel.hpp"
 #include "hone/core/space.hpp"
+#include "hone/schedule/schedule.hpp"
+#include "hone/train/early_stopping.hpp"

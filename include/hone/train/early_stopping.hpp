@@ -1,0 +1,352 @@
+// hone/train/early_stopping.hpp: stop training when a monitored metric stops improving, and keep
+// a copy of the weights that gave its best value.
+//
+//   hone::early_stopping stop({.mode = hone::monitor_mode::min, .patience = 5, .min_delta = 1e-4});
+//   hone::best_weights_keeper best;
+//   best.track(std::span(master_weights));            // float, bfloat16, ... host arrays
+//   for (std::uint64_t step = 0;; ++step) {
+//     train_one_epoch();
+//     if (stop.update(validation_loss(), step, best)) break;   // snapshots on each new best
+//   }
+//   best.restore();                                    // back to the best weights
+//
+// Semantics are PyTorch Lightning's EarlyStopping (callbacks/early_stopping.py):
+//   - improvement: metric + min_delta < best in min mode, metric - min_delta > best in max mode
+//     (that is, metric < best - min_delta: a change of exactly min_delta is not an improvement);
+//     best starts at +inf (min) or -inf (max), so the first finite metric always improves;
+//   - an improvement sets best and resets the wait count; anything else increments it, and
+//     training should stop once wait_count >= patience (patience = 0: at the first check without
+//     improvement);
+//   - check_finite (default true, as Lightning): a NaN or infinite metric stops at once and is not
+//     recorded. With check_finite = false a NaN metric counts as no improvement (every
+//     comparison with NaN is false), +inf likewise, and -inf (min mode) is a new best;
+//   - stopping_threshold: stop once the metric is better than it (strictly);
+//     divergence_threshold: stop once the metric is worse than it (strictly).
+// One deliberate difference: Lightning checks the two thresholds before the improvement and so
+// does not record a metric that crossed the stopping threshold as the best; hone records the
+// improvement first (the metric that reached the target is the best one, and the weights kept by
+// best_weights_keeper are its weights), then checks the thresholds and the patience.
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+namespace detail {
+template <class T>
+inline constexpr bool keeper_is_span_v = false;
+template <class T, std::size_t N>
+inline constexpr bool keeper_is_span_v<std::span<T, N>> = true;
+
+/// Shortest text that reads back as `v` ("0.25", "1e-05", "nan").
+inline std::string early_stopping_number(double v) {
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, result.ptr);
+}
+}  // namespace detail
+
+/// Keeps a copy of a set of host arrays (master weights, optimizer state, ...) and copies it back.
+///
+/// track() registers arrays of any trivially copyable element type (float, hone::bfloat16,
+/// hone::half, double, ...); snapshot() copies all of them into one owned buffer; restore()
+/// copies that buffer back, bit for bit. The tracked memory must outlive the keeper and keep its
+/// address (a std::vector that reallocates invalidates its span: track it again).
+class best_weights_keeper {
+ public:
+  best_weights_keeper() = default;
+
+  /// Registers `values` (host memory). Any earlier snapshot is discarded, since it does not
+  /// cover the new array.
+  template <class T, std::size_t N>
+  best_weights_keeper& track(std::span<T, N> values) {
+    static_assert(!std::is_const_v<T>,
+                  "hone::best_weights_keeper::track: the array is const, so restore() could not "
+                  "write it back. Pass a span of mutable elements.");
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "hone::best_weights_keeper::track: the element type must be trivially copyable "
+                  "(float, hone::bfloat16, hone::half, double, ...): snapshots copy bytes.");
+    if (values.size_bytes() > 0) {
+      arrays_.push_back({reinterpret_cast<std::byte*>(values.data()), values.size_bytes()});
+      bytes_ += values.size_bytes();
+    }
+    discard();
+    return *this;
+  }
+
+  /// Registers a contiguous range that owns or views mutable elements (std::vector<float>&,
+  /// std::array, hone::buffer views, ...). Temporaries that own their elements are refused:
+  /// their memory would be gone before restore().
+  template <class R>
+  requires std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+      (std::is_lvalue_reference_v<R> || std::ranges::borrowed_range<R>)&&(
+          !detail::keeper_is_span_v<std::remove_cvref_t<R>>)best_weights_keeper& track(R&& range) {
+    return track(std::span<std::remove_reference_t<std::ranges::range_reference_t<R>>>(
+        std::ranges::data(range), std::ranges::size(range)));
+  }
+
+  /// Copies every tracked array into the keeper (allocating its buffer on first use).
+  void snapshot() {
+    storage_.resize(bytes_);
+    std::size_t offset = 0;
+    for (const auto& a : arrays_) {
+      std::memcpy(storage_.data() + offset, a.data, a.bytes);
+      offset += a.bytes;
+    }
+    has_snapshot_ = true;
+  }
+
+  /// Copies the last snapshot back into the tracked arrays. Throws hone::config_error when there
+  /// is none (no snapshot() yet, or track() was called after it).
+  void restore() const {
+    require(has_snapshot_,
+            "hone::best_weights_keeper::restore: there is no snapshot to restore. Call "
+            "snapshot() (or early_stopping::update(metric, step, keeper), which snapshots on "
+            "each new best) after the last track().");
+    std::size_t offset = 0;
+    for (const auto& a : arrays_) {
+      std::memcpy(a.data, storage_.data() + offset, a.bytes);
+      offset += a.bytes;
+    }
+  }
+
+  /// Forgets the snapshot (the buffer stays allocated).
+  void discard() noexcept { has_snapshot_ = false; }
+
+  /// Forgets every tracked array and the snapshot, and frees the buffer.
+  void clear() noexcept {
+    arrays_.clear();
+    storage_.clear();
+    storage_.shrink_to_fit();
+    bytes_ = 0;
+    has_snapshot_ = false;
+  }
+
+  [[nodiscard]] bool has_snapshot() const noexcept { return has_snapshot_; }
+  /// Number of tracked (non-empty) arrays.
+  [[nodiscard]] std::size_t tracked() const noexcept { return arrays_.size(); }
+  /// Total size of the tracked arrays, i.e. of a snapshot, in bytes.
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  struct array {
+    std::byte* data;
+    std::size_t bytes;
+  };
+  std::vector<array> arrays_;
+  std::vector<std::byte> storage_;
+  std::size_t bytes_ = 0;
+  bool has_snapshot_ = false;
+};
+
+/// Whether a smaller (min) or a larger (max) metric is better.
+enum class monitor_mode { min, max };
+
+/// Why early_stopping said stop.
+enum class stop_reason {
+  none,                 ///< it has not
+  patience,             ///< patience checks in a row without improvement
+  non_finite,           ///< the metric was NaN or infinite (check_finite)
+  stopping_threshold,   ///< the metric became better than stopping_threshold
+  divergence_threshold  ///< the metric became worse than divergence_threshold
+};
+
+/// The enumerator's name ("none", "patience", ...).
+inline const char* to_string(stop_reason reason) noexcept {
+  switch (reason) {
+    case stop_reason::none:
+      return "none";
+    case stop_reason::patience:
+      return "patience";
+    case stop_reason::non_finite:
+      return "non_finite";
+    case stop_reason::stopping_threshold:
+      return "stopping_threshold";
+    case stop_reason::divergence_threshold:
+      return "divergence_threshold";
+  }
+  return "unknown";
+}
+
+/// Options of hone::early_stopping; the defaults are Lightning's.
+struct early_stopping_options {
+  /// min: a lower metric is better (a loss); max: a higher one is (an accuracy).
+  monitor_mode mode = monitor_mode::min;
+  /// Checks in a row without improvement after which training should stop.
+  std::uint64_t patience = 3;
+  /// An improvement must beat the best value by more than this; >= 0.
+  double min_delta = 0.0;
+  /// Stop at once on a NaN or infinite metric (true), or count it as no improvement (false).
+  bool check_finite = true;
+  /// Stop as soon as the metric is better than this (the target is reached).
+  std::optional<double> stopping_threshold = std::nullopt;
+  /// Stop as soon as the metric is worse than this (training diverged).
+  std::optional<double> divergence_threshold = std::nullopt;
+};
+
+/// Monitors one metric, checked by update() once per evaluation (see the file comment).
+class early_stopping {
+ public:
+  /// Throws hone::config_error for a negative or non-finite min_delta or a non-finite threshold.
+  explicit early_stopping(early_stopping_options options = {}) : options_(options) {
+    require(std::isfinite(options_.min_delta) && options_.min_delta >= 0.0,
+            "hone::early_stopping: min_delta must be a finite number >= 0 (how much better than "
+            "the best value a metric must be to count as an improvement), got " +
+                detail::early_stopping_number(options_.min_delta) + ".");
+    require(!options_.stopping_threshold || std::isfinite(*options_.stopping_threshold),
+            "hone::early_stopping: stopping_threshold must be finite (or unset).");
+    require(!options_.divergence_threshold || std::isfinite(*options_.divergence_threshold),
+            "hone::early_stopping: divergence_threshold must be finite (or unset).");
+    reset();
+  }
+
+  /// Records one check of the metric, at step checks() (the number of earlier checks). Returns
+  /// true when training should stop: now or at an earlier check (stopping is sticky until
+  /// reset(); later checks are still recorded).
+  bool update(double metric) { return update(metric, checks_); }
+
+  /// Records one check of the metric at `step` (the caller's epoch or update index, reported by
+  /// best_step()). Returns true when training should stop.
+  bool update(double metric, std::uint64_t step) {
+    ++checks_;
+    improved_ = false;
+    stop_reason now = stop_reason::none;
+    if (options_.check_finite && !std::isfinite(metric)) {
+      now = stop_reason::non_finite;
+    } else {
+      if (is_improvement(metric)) {
+        best_ = metric;
+        best_step_ = step;
+        wait_count_ = 0;
+        improved_ = true;
+      } else {
+        ++wait_count_;
+      }
+      if (options_.stopping_threshold && better(metric, *options_.stopping_threshold)) {
+        now = stop_reason::stopping_threshold;
+      } else if (options_.divergence_threshold && better(*options_.divergence_threshold, metric)) {
+        now = stop_reason::divergence_threshold;
+      } else if (!improved_ && wait_count_ >= options_.patience) {
+        now = stop_reason::patience;
+      }
+    }
+    last_ = metric;
+    if (reason_ == stop_reason::none && now != stop_reason::none) {
+      reason_ = now;
+      stop_step_ = step;
+      stop_wait_ = wait_count_;
+      stop_metric_ = metric;
+    }
+    return reason_ != stop_reason::none;
+  }
+
+  /// As update(metric, step), and snapshots `keeper` when the metric is a new best.
+  bool update(double metric, std::uint64_t step, best_weights_keeper& keeper) {
+    const bool stop = update(metric, step);
+    if (improved_) keeper.snapshot();
+    return stop;
+  }
+
+  /// True once a check has said stop (until reset()).
+  [[nodiscard]] bool should_stop() const noexcept { return reason_ != stop_reason::none; }
+  /// Why it stopped (stop_reason::none while it has not).
+  [[nodiscard]] stop_reason reason() const noexcept { return reason_; }
+  /// Whether the last check was a new best.
+  [[nodiscard]] bool improved() const noexcept { return improved_; }
+  /// The best metric so far: +inf (min mode) or -inf (max mode) before the first improvement.
+  [[nodiscard]] double best() const noexcept { return best_; }
+  /// The step of the best metric, or std::nullopt before the first improvement.
+  [[nodiscard]] std::optional<std::uint64_t> best_step() const noexcept { return best_step_; }
+  /// The step of the check that said stop, or std::nullopt while it has not.
+  [[nodiscard]] std::optional<std::uint64_t> stop_step() const noexcept { return stop_step_; }
+  /// The metric of the last check (NaN before the first).
+  [[nodiscard]] double last() const noexcept { return last_; }
+  /// Checks in a row without improvement.
+  [[nodiscard]] std::uint64_t wait_count() const noexcept { return wait_count_; }
+  /// Number of update() calls since construction or reset().
+  [[nodiscard]] std::uint64_t checks() const noexcept { return checks_; }
+  [[nodiscard]] const early_stopping_options& options() const noexcept { return options_; }
+
+  /// A sentence saying where things stand, for logs.
+  [[nodiscard]] std::string message() const {
+    const std::string best_text = best_step_ ? detail::early_stopping_number(best_) + " at step " +
+                                                   std::to_string(*best_step_)
+                                             : "none yet";
+    switch (reason_) {
+      case stop_reason::none:
+        return "early stopping: continuing; best " + best_text + ", " +
+               std::to_string(wait_count_) + " of " + std::to_string(options_.patience) +
+               " checks without improvement.";
+      case stop_reason::patience:
+        return "early stopping: the metric did not improve for " + std::to_string(stop_wait_) +
+               (stop_wait_ == 1 ? " check" : " checks") + " (patience " +
+               std::to_string(options_.patience) + "); best " + best_text + ".";
+      case stop_reason::non_finite:
+        return "early stopping: the metric became " + detail::early_stopping_number(stop_metric_) +
+               " at step " + std::to_string(*stop_step_) + "; best " + best_text + ".";
+      case stop_reason::stopping_threshold:
+        return "early stopping: the metric reached the stopping threshold " +
+               detail::early_stopping_number(*options_.stopping_threshold) + "; best " + best_text +
+               ".";
+      case stop_reason::divergence_threshold:
+        return "early stopping: the metric crossed the divergence threshold " +
+               detail::early_stopping_number(*options_.divergence_threshold) + "; best " +
+               best_text + ".";
+    }
+    return {};
+  }
+
+  /// Back to the state after construction (same options).
+  void reset() noexcept {
+    best_ = options_.mode == monitor_mode::min ? std::numeric_limits<double>::infinity()
+                                               : -std::numeric_limits<double>::infinity();
+    best_step_.reset();
+    stop_step_.reset();
+    last_ = std::numeric_limits<double>::quiet_NaN();
+    wait_count_ = 0;
+    stop_wait_ = 0;
+    stop_metric_ = 0.0;
+    checks_ = 0;
+    improved_ = false;
+    reason_ = stop_reason::none;
+  }
+
+ private:
+  // a is strictly better than b.
+  [[nodiscard]] bool better(double a, double b) const noexcept {
+    return options_.mode == monitor_mode::min ? a < b : a > b;
+  }
+  // Lightning: monitor_op(current - min_delta, best) with min_delta negated in min mode.
+  [[nodiscard]] bool is_improvement(double metric) const noexcept {
+    return options_.mode == monitor_mode::min ? metric + options_.min_delta < best_
+                                              : metric - options_.min_delta > best_;
+  }
+
+  early_stopping_options options_;
+  double best_ = 0.0;
+  std::optional<std::uint64_t> best_step_;
+  std::optional<std::uint64_t> stop_step_;
+  double last_ = 0.0;
+  std::uint64_t wait_count_ = 0;
+  std::uint64_t stop_wait_ = 0;
+  double stop_metric_ = 0.0;
+  std::uint64_t checks_ = 0;
+  bool improved_ = false;
+  stop_reason reason_ = stop_reason::none;
+};
+
+HONE_NAMESPACE_END
