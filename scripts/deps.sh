@@ -10,7 +10,7 @@ HONE_APT_PACKAGES=(
   libopenmpi-dev openmpi-bin
 )
 # Python packages from PyPI: Conan 2 for the package test.
-HONE_PIP_PACKAGES=("conan>=2.0,<3")
+HONE_PIP_PACKAGES=("conan>=2.34,<3")
 
 hone_missing_apt() {
   local p missing=()
