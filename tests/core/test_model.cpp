@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(model_traits_reach_the_users_members) {
   user::linear m;
   user::batch b{{1, 2, 3}, {2, 4, 6}};
   const float loss = hone::model_traits<user::linear>::forward_backward(m, b, 2.0f);
-  BOOST_TEST(loss == (4.0f + 16.0f + 36.0f) / 3.0f);
+  BOOST_TEST(loss == (4.0f + 16.0f + 36.0f) / 3.0f, boost::test_tools::tolerance(1e-6f));
   // d/dw mean((w x - y)^2) at w = 0 is -2 mean(x y) = -56/3, scaled by 2.
   BOOST_TEST(m.gw[0] == 2.0f * (-2.0f * 28.0f / 3.0f), boost::test_tools::tolerance(1e-6f));
   auto params = hone::model_traits<user::linear>::parameters(m);

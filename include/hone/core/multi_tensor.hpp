@@ -41,7 +41,7 @@ class tensor_lists {
   /// Appends one tensor to every list: `n` elements at each pointer. Empty tensors are skipped.
   void add(std::size_t n, Ts*... p) {
     if (n == 0) return;
-    if (((p == nullptr) || ...)) {
+    if ((... || !p)) {
       throw config_error("hone::tensor_lists::add: a tensor of " + std::to_string(n) +
                          " elements has a null pointer; allocate it before adding");
     }
@@ -102,13 +102,13 @@ std::vector<chunk> make_chunks(const tensor_lists<Ts...>& lists, std::size_t gra
 }
 
 template <class Op, class Tuple, std::size_t... K>
-HONE_FORCEINLINE void apply_chunk(const Op& op, const chunk& c, const Tuple& ptrs,
-                                  std::index_sequence<K...>) {
+inline void apply_chunk(const Op& op, const chunk& c, const Tuple& ptrs,
+                        std::index_sequence<K...>) {
   apply_range(op, c.begin, c.end, std::get<K>(ptrs)...);
 }
 template <class R, class Op, class Reduce, class Tuple, std::size_t... K>
-HONE_FORCEINLINE R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c,
-                                const Tuple& ptrs, std::index_sequence<K...>) {
+inline R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c, const Tuple& ptrs,
+                      std::index_sequence<K...>) {
   return reduce_range(op, reduce, init, c.begin, c.end, std::get<K>(ptrs)...);
 }
 }  // namespace detail

@@ -1,9 +1,10 @@
 // hone/train/roles.hpp: policy roles and the compile-time machinery that picks one policy per
 // role from a trainer's parameter pack, in any order, with defaults for missing roles.
 //
-// A policy names its role with a nested alias:   struct my_clip { using role = hone::roles::clipping; ... };
-// hone::pick<Role, Default, Policies...> is the policy of that role (Default when absent) and
-// stops compilation with a sentence when two policies claim the same role.
+// A policy names its role with a nested alias:   struct my_clip { using role =
+// hone::roles::clipping; ... }; hone::pick<Role, Default, Policies...> is the policy of that role
+// (Default when absent) and stops compilation with a sentence when two policies claim the same
+// role.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +40,9 @@ struct offload {
 
 /// True when P declares `using role = ...`.
 template <class P>
-concept has_role = requires { typename P::role; };
+concept has_role = requires {
+  typename P::role;
+};
 
 template <class P, class Role>
 inline constexpr bool plays_role_v = [] {
@@ -52,7 +55,8 @@ inline constexpr bool plays_role_v = [] {
 
 /// How many of Policies play Role.
 template <class Role, class... Policies>
-inline constexpr std::size_t role_count_v = (std::size_t{0} + ... + (plays_role_v<Policies, Role> ? 1 : 0));
+inline constexpr std::size_t role_count_v = (std::size_t{0} + ... +
+                                             (plays_role_v<Policies, Role> ? 1 : 0));
 
 namespace detail {
 template <class Role, class Default, class... Policies>
@@ -77,8 +81,8 @@ struct unique_role_check {
 
 /// The policy of Policies playing Role, or Default when none does. A duplicate is a compile error.
 template <class Role, class Default, class... Policies>
-  requires detail::unique_role_check<Role, Policies...>::value
-using pick = typename detail::pick_impl<Role, Default, Policies...>::type;
+requires detail::unique_role_check<Role, Policies...>::value using pick =
+    typename detail::pick_impl<Role, Default, Policies...>::type;
 
 /// Every policy given to a trainer must name a role (a plain type by mistake, or a policy meant
 /// for another library, is caught here with a sentence instead of being ignored).

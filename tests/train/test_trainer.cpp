@@ -1,0 +1,310 @@
+// The composed trainer: policy picking, accumulation (the 2024 normalization bug), fault
+// injection (an inf/NaN gradient skips the step and leaves every piece of state bit-identical),
+// mixed precision, clipping, and parity with the same math written by hand.
+#define BOOST_TEST_MODULE hone_train_trainer
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <hone/optim/sgd.hpp>
+#include <hone/schedule/one_cycle.hpp>
+#include <hone/train/trainer.hpp>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace {
+struct batch {
+  std::vector<float> x;  // rows * dim
+  std::vector<float> y;  // rows
+  std::size_t count() const { return y.size(); }
+};
+
+// y = w . x + b with mean squared error, in working type T. Storage either one contiguous block
+// laid out like hone's arena (zero-copy for fp32) or separate vectors.
+template <class T>
+struct linear {
+  std::size_t dim;
+  std::vector<T> w, gw, b, gb;
+  float nan_in_grad = 0;  // when non-zero, this value is written into gw[1] (fault injection)
+  explicit linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
+    for (std::size_t i = 0; i < d; ++i) w[i] = T(0.1f * static_cast<float>(i % 5) - 0.2f);
+    b[0] = T(0.05f);
+  }
+  std::vector<hone::parameter<T>> parameters() {
+    return {{"w", {dim}, w, gw}, {"bias", {1}, b, gb}};
+  }
+  float forward_backward(const batch& bt, float scale) {
+    std::vector<float> g(dim, 0.0f);
+    float gbias = 0, loss = 0;
+    const std::size_t rows = bt.y.size();
+    for (std::size_t r = 0; r < rows; ++r) {
+      float pred = static_cast<float>(b[0]);
+      for (std::size_t c = 0; c < dim; ++c) pred += static_cast<float>(w[c]) * bt.x[r * dim + c];
+      const float e = pred - bt.y[r];
+      loss += e * e / static_cast<float>(rows);
+      for (std::size_t c = 0; c < dim; ++c)
+        g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
+      gbias += 2 * e / static_cast<float>(rows);
+    }
+    for (std::size_t c = 0; c < dim; ++c) gw[c] = T(g[c] * scale);
+    gb[0] = T(gbias * scale);
+    if (nan_in_grad != 0) gw[1] = T(nan_in_grad);
+    return loss;
+  }
+};
+
+// fp32 model whose tensors live in one arena: the trainer uses them in place.
+struct bound_linear {
+  hone::arena_layout layout{sizeof(float)};
+  hone::arena<float> values, grads;
+  std::size_t dim;
+  explicit bound_linear(std::size_t d) : dim(d) {
+    layout.add("w", d);
+    layout.add("bias", 1);
+    values = hone::arena<float>(layout);
+    grads = hone::arena<float>(layout);
+    linear<float> init(d);
+    std::copy(init.w.begin(), init.w.end(), values.view(0).begin());
+    values.view(1)[0] = init.b[0];
+  }
+  std::vector<hone::parameter<float>> parameters() {
+    return {{"w", {dim}, values.view(0), grads.view(0)},
+            {"bias", {1}, values.view(1), grads.view(1)}};
+  }
+  float forward_backward(const batch& bt, float scale) {
+    linear<float> m(dim);
+    std::copy(values.view(0).begin(), values.view(0).end(), m.w.begin());
+    m.b[0] = values.view(1)[0];
+    const float loss = m.forward_backward(bt, scale);
+    std::copy(m.gw.begin(), m.gw.end(), grads.view(0).begin());
+    grads.view(1)[0] = m.gb[0];
+    return loss;
+  }
+};
+
+batch make_batch(std::size_t rows, std::size_t dim, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  batch b{std::vector<float>(rows * dim), std::vector<float>(rows)};
+  for (auto& v : b.x) v = n(rng);
+  for (std::size_t r = 0; r < rows; ++r) {
+    float y = 0.3f;
+    for (std::size_t c = 0; c < dim; ++c) y += 0.5f * static_cast<float>(c % 3) * b.x[r * dim + c];
+    b.y[r] = y;
+  }
+  return b;
+}
+
+batch concat(const std::vector<batch>& parts) {
+  batch all;
+  for (const auto& p : parts) {
+    all.x.insert(all.x.end(), p.x.begin(), p.x.end());
+    all.y.insert(all.y.end(), p.y.begin(), p.y.end());
+  }
+  return all;
+}
+
+template <class T>
+std::vector<float> snapshot(std::span<T> s) {
+  std::vector<float> v;
+  for (const auto& x : s) v.push_back(static_cast<float>(x));
+  return v;
+}
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+// ---- composition ----
+using default_trainer = hone::trainer<linear<float>>;
+static_assert(std::is_same_v<default_trainer::precision_type, hone::fp32>);
+static_assert(std::is_same_v<default_trainer::accumulation_type, hone::accumulate::none>);
+static_assert(std::is_same_v<default_trainer::optimizer_type, hone::adamw>);
+static_assert(std::is_same_v<default_trainer::clipping_type, hone::no_clipping>);
+static_assert(std::is_same_v<default_trainer::schedule_type, hone::constant_lr>);
+using ordered = hone::trainer<linear<hone::bfloat16>, hone::bf16_mixed, hone::sgd,
+                              hone::accumulate::steps<2>, hone::one_cycle>;
+using shuffled = hone::trainer<linear<hone::bfloat16>, hone::one_cycle, hone::accumulate::steps<2>,
+                               hone::sgd, hone::bf16_mixed>;
+static_assert(std::is_same_v<ordered::optimizer_type, shuffled::optimizer_type>);
+static_assert(std::is_same_v<ordered::schedule_type, hone::one_cycle>);
+static_assert(std::is_same_v<shuffled::accumulation_type, hone::accumulate::steps<2>>);
+static_assert(std::is_same_v<shuffled::precision_type, hone::bf16_mixed>);
+
+BOOST_AUTO_TEST_CASE(by_count_accumulation_equals_one_big_batch) {
+  const std::size_t dim = 6;
+  // Uneven micro-batches: 3, 17 and 44 rows.
+  const std::vector<batch> parts{make_batch(3, dim, 1), make_batch(17, dim, 2),
+                                 make_batch(44, dim, 3)};
+  const batch all = concat(parts);
+
+  linear<float> m1(dim), m2(dim), m3(dim);
+  hone::trainer acc(m1, hone::accumulate::by_count{}, hone::sgd{},
+                    hone::constant_lr{.base_lr = 1e-3});
+  hone::trainer big(m2, hone::sgd{}, hone::constant_lr{.base_lr = 1e-3});
+  hone::trainer naive(m3, hone::accumulate::steps<3>{}, hone::sgd{},
+                      hone::constant_lr{.base_lr = 1e-3});
+  acc.step(std::span<const batch>(parts));
+  big.step(all);
+  naive.step(std::span<const batch>(parts));
+  const auto ga = acc.master_gradients();
+  const auto gb = big.master_gradients();
+  const auto gn = naive.master_gradients();
+  double worst = 0, naive_err = 0;
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    worst = std::max(worst, double(std::abs(ga[i] - gb[i])) / (1e-6 + std::abs(gb[i])));
+    naive_err = std::max(naive_err, double(std::abs(gn[i] - gb[i])) / (1e-6 + std::abs(gb[i])));
+  }
+  BOOST_TEST(worst < 1e-5);
+  // The mean of per-micro-batch means (the 2024 bug) is visibly different here.
+  BOOST_TEST(naive_err > 1e-2);
+}
+
+BOOST_AUTO_TEST_CASE(steps_n_is_the_mean_and_checks_the_count) {
+  const std::size_t dim = 4;
+  const std::vector<batch> parts{make_batch(8, dim, 4), make_batch(8, dim, 5)};
+  linear<float> m1(dim), m2(dim);
+  hone::trainer acc(m1, hone::accumulate::steps<2>{}, hone::sgd{},
+                    hone::constant_lr{.base_lr = 1e-3});
+  hone::trainer big(m2, hone::sgd{}, hone::constant_lr{.base_lr = 1e-3});
+  acc.step(std::span<const batch>(parts));
+  big.step(concat(parts));
+  for (std::size_t i = 0; i < acc.master_gradients().size(); ++i) {
+    BOOST_TEST(acc.master_gradients()[i] == big.master_gradients()[i],
+               boost::test_tools::tolerance(1e-5f));
+  }
+  BOOST_CHECK_THROW(acc.step(parts[0]), hone::config_error);  // 1 micro-batch for steps<2>
+}
+
+BOOST_AUTO_TEST_CASE(fp32_zero_copy_matches_hand_written_adamw) {
+  const std::size_t dim = 5;
+  bound_linear model(dim);
+  hone::trainer t(model, hone::adamw{.weight_decay = 0.1f}, hone::constant_lr{.base_lr = 0.01});
+  BOOST_TEST(t.zero_copy());
+  BOOST_TEST(t.master_weights().data() == model.values.all().data());
+
+  // Reference: the same model math, AdamW (PyTorch formula) in double, by hand.
+  linear<float> ref(dim);
+  std::vector<double> p(ref.w.begin(), ref.w.end()), m(dim + 1, 0.0), v(dim + 1, 0.0);
+  p.push_back(ref.b[0]);
+  for (int s = 1; s <= 5; ++s) {
+    const batch bt = make_batch(16, dim, static_cast<unsigned>(10 + s));
+    const auto r = t.step(bt);
+    BOOST_TEST(!r.skipped);
+    for (std::size_t i = 0; i < dim; ++i) ref.w[i] = static_cast<float>(p[i]);
+    ref.b[0] = static_cast<float>(p[dim]);
+    ref.forward_backward(bt, 1.0f);
+    for (std::size_t i = 0; i <= dim; ++i) {
+      const double g = i < dim ? ref.gw[i] : ref.gb[0];
+      p[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      const double mh = m[i] / (1 - std::pow(0.9, s)), vh = v[i] / (1 - std::pow(0.999, s));
+      p[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  for (std::size_t i = 0; i < dim; ++i) {
+    BOOST_TEST(model.values.view(0)[i] == p[i], boost::test_tools::tolerance(1e-4));
+  }
+  BOOST_TEST(t.steps_done() == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(nan_gradient_skips_step_and_leaves_state_bit_identical) {
+  const std::size_t dim = 8;
+  for (float poison :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    linear<float> model(dim);
+    hone::trainer t(model, hone::adamw{}, hone::one_cycle{.max_lr = 0.01, .total_steps = 100});
+    const batch bt = make_batch(16, dim, 7);
+    t.step(bt);
+    t.step(bt);
+    const auto weights = snapshot(t.master_weights());
+    const auto model_w = snapshot(std::span<float>(model.w));
+    const auto m = snapshot(t.optimizer_state().exp_avg().all());
+    const auto v = snapshot(t.optimizer_state().exp_avg_sq().all());
+    const auto steps = t.steps_done();
+    model.nan_in_grad = poison;
+    const auto r = t.step(bt);
+    BOOST_TEST(r.skipped);
+    BOOST_TEST(!std::isfinite(r.grad_norm));
+    BOOST_TEST(same_bits(weights, snapshot(t.master_weights())));
+    BOOST_TEST(same_bits(model_w, snapshot(std::span<float>(model.w))));
+    BOOST_TEST(same_bits(m, snapshot(t.optimizer_state().exp_avg().all())));
+    BOOST_TEST(same_bits(v, snapshot(t.optimizer_state().exp_avg_sq().all())));
+    BOOST_TEST(t.steps_done() == steps);
+    BOOST_TEST(t.scaler().state().skipped_steps == 1u);
+    // The schedule did not move: the next good step uses the lr the skipped one would have.
+    model.nan_in_grad = 0;
+    const auto next = t.step(bt);
+    BOOST_TEST(next.lr == r.lr);
+    BOOST_TEST(!next.skipped);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_overflow_check_keeps_inf_out_of_the_moments) {
+  const std::size_t dim = 8;
+  linear<hone::bfloat16> model(dim);
+  hone::trainer t(model, hone::bf16_mixed{}, hone::adamw{});
+  BOOST_TEST(!t.zero_copy());
+  const batch bt = make_batch(16, dim, 9);
+  BOOST_TEST(!t.step(bt).skipped);
+  const auto m = snapshot(t.optimizer_state().exp_avg().all());
+  const auto master = snapshot(t.master_weights());
+  model.nan_in_grad = std::numeric_limits<float>::infinity();
+  BOOST_TEST(t.step(bt).skipped);
+  BOOST_TEST(same_bits(m, snapshot(t.optimizer_state().exp_avg().all())));
+  BOOST_TEST(same_bits(master, snapshot(t.master_weights())));
+  // Working weights are the master weights rounded to bf16.
+  for (std::size_t i = 0; i < dim; ++i) {
+    BOOST_TEST(model.w[i].bits() == hone::bfloat16(t.master_weights()[i]).bits());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp16_dynamic_scale_backs_off_and_unscales) {
+  const std::size_t dim = 4;
+  linear<hone::half> model(dim);
+  hone::trainer t(model, hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}},
+                  hone::sgd{}, hone::constant_lr{.base_lr = 1e-3});
+  const batch bt = make_batch(8, dim, 11);
+  // Master gradients are unscaled: compare with an fp32 run from the same (fp16) weights.
+  linear<float> ref(dim);
+  for (std::size_t i = 0; i < dim; ++i) ref.w[i] = static_cast<float>(model.w[i]);
+  ref.b[0] = static_cast<float>(model.b[0]);
+  ref.forward_backward(bt, 1.0f);
+  auto r = t.step(bt);
+  BOOST_TEST(r.loss_scale == 1024.0f);
+  for (std::size_t i = 0; i < dim; ++i) {
+    BOOST_TEST(t.master_gradients()[i] == ref.gw[i], boost::test_tools::tolerance(2e-3f));
+  }
+  t.step(bt);
+  BOOST_TEST(t.scaler().scale() == 2048.0f);  // grew after 2 good steps
+  model.nan_in_grad = std::numeric_limits<float>::infinity();
+  r = t.step(bt);
+  BOOST_TEST(r.skipped);
+  BOOST_TEST(t.scaler().scale() == 1024.0f);
+}
+
+BOOST_AUTO_TEST_CASE(global_norm_clipping_reports_and_applies) {
+  const std::size_t dim = 6;
+  linear<float> a(dim), b(dim);
+  const batch bt = make_batch(32, dim, 12);
+  hone::trainer clipped(a, hone::sgd{}, hone::clip_grad_norm{.max_norm = 0.01f},
+                        hone::constant_lr{.base_lr = 0.1});
+  hone::trainer plain(b, hone::sgd{}, hone::constant_lr{.base_lr = 0.1});
+  const auto rc = clipped.step(bt);
+  const auto rp = plain.step(bt);
+  // Reference norm of the gradient.
+  linear<float> ref(dim);
+  ref.forward_backward(bt, 1.0f);
+  double sq = ref.gb[0] * double(ref.gb[0]);
+  for (float g : ref.gw) sq += double(g) * g;
+  BOOST_TEST(rc.grad_norm == std::sqrt(sq), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(rp.grad_norm == rc.grad_norm);
+  const double coef = 0.01 / (std::sqrt(sq) + 1e-6);
+  linear<float> init(dim);
+  for (std::size_t i = 0; i < dim; ++i) {
+    const double moved = double(init.w[i]) - a.w[i];
+    BOOST_TEST(moved == 0.1 * coef * ref.gw[i], boost::test_tools::tolerance(1e-3));
+  }
+}
