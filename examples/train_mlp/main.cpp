@@ -1,0 +1,494 @@
+// train_mlp: hone's flagship example. A hand-written MLP (mlp.hpp) learns a 5-armed spiral
+// (dataset.hpp) with every technique of hone's trainer composed at compile time:
+//
+//   hone::trainer t(model,
+//                   hone::bf16_mixed{},              // or fp32 / fp16_mixed<> (--precision)
+//                   hone::accumulate::by_count{},    // --accumulate micro-batches per step
+//                   hone::adamw{.weight_decay = 0.01f},
+//                   hone::clip_grad_norm{.max_norm = 1.0f},
+//                   hone::one_cycle{.max_lr = lr, .total_steps = steps});
+//
+// plus parameter groups (no weight decay on biases) and early stopping on the validation loss
+// with the best weights restored at the end. The precision is a runtime flag, the model's element
+// type a template parameter: main() dispatches to one of three instantiations of train<>().
+//
+// Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
+// prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
+// 3 final accuracy below --min-accuracy.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <hone/core/error.hpp>
+#include <hone/optim/adamw.hpp>
+#include <hone/optim/clipping.hpp>
+#include <hone/optim/param_group.hpp>
+#include <hone/precision/policies.hpp>
+#include <hone/schedule/one_cycle.hpp>
+#include <hone/train/accumulate.hpp>
+#include <hone/train/early_stopping.hpp>
+#include <hone/train/trainer.hpp>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "common/chart.hpp"
+#include "common/png.hpp"
+#include "common/progress.hpp"
+#include "dataset.hpp"
+#include "mlp.hpp"
+
+namespace {
+
+enum class precision_kind { fp32, bf16, fp16 };
+enum class device_kind { cpu, cuda, automatic };
+
+struct options {
+  precision_kind precision = precision_kind::bf16;
+  std::size_t accumulate = 3;
+  std::size_t batch = 128;
+  std::uint64_t steps = 600;
+  double lr = 0.05;
+  std::uint64_t eval_every = 25;
+  std::uint64_t patience = 8;
+  std::size_t hidden = 64;
+  std::uint64_t seed = 1;
+  device_kind device = device_kind::automatic;
+  std::filesystem::path out = "train_mlp_out";
+  std::optional<double> min_accuracy;  // percent
+};
+
+constexpr const char* usage_text =
+    "usage: train_mlp [flags]\n"
+    "  --precision fp32|bf16|fp16  working precision of weights and gradients (default bf16)\n"
+    "  --accumulate N              micro-batches per optimizer step, 1..batch (default 3)\n"
+    "  --batch N                   samples per optimizer step, 1..4000 (default 128)\n"
+    "  --steps N                   training steps = OneCycle length (default 600)\n"
+    "  --lr X                      peak learning rate of the OneCycle schedule (default 0.05)\n"
+    "  --eval-every N              validate every N updates (default 25)\n"
+    "  --patience N                early stopping: validations without improvement (default 8)\n"
+    "  --hidden N                  width of the two hidden layers (default 64)\n"
+    "  --seed N                    seed of the initial weights and the batch order (default 1)\n"
+    "  --device cpu|cuda|auto      where to train (default auto)\n"
+    "  --out DIR                   where metrics.csv and curves.png go (default train_mlp_out)\n"
+    "  --min-accuracy X            exit with status 3 if the final test accuracy (%) is below X\n"
+    "  --help                      print this text\n";
+
+[[noreturn]] void bad_flag(const std::string& why) {
+  std::fprintf(stderr, "train_mlp: %s\nrun 'train_mlp --help' for the list of flags\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::uint64_t parse_integer(std::string_view flag, std::string_view text, std::uint64_t lo,
+                            std::uint64_t hi) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi) {
+    bad_flag(std::string(flag) + " needs an integer in [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "], got '" + std::string(text) + "'");
+  }
+  return v;
+}
+
+double parse_number(std::string_view flag, const char* text, double lo, double hi,
+                    bool lo_inclusive) {
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  const bool above_lo = lo_inclusive ? v >= lo : v > lo;
+  if (end == text || *end != '\0' || !std::isfinite(v) || !above_lo || v > hi) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "%s%g, %g]", lo_inclusive ? "[" : "(", lo, hi);
+    bad_flag(std::string(flag) + " needs a number in " + range + ", got '" + text + "'");
+  }
+  return v;
+}
+
+options parse_flags(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
+    if (!flag.starts_with("--")) bad_flag("unexpected argument '" + std::string(flag) + "'");
+    static constexpr std::string_view known[] = {
+        "--precision", "--accumulate", "--batch", "--steps",  "--lr",  "--eval-every",
+        "--patience",  "--hidden",     "--seed",  "--device", "--out", "--min-accuracy"};
+    if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) {
+      bad_flag("unknown flag '" + std::string(flag) + "'");
+    }
+    if (i + 1 >= argc) bad_flag("missing value after " + std::string(flag));
+    const char* value = argv[++i];
+    const std::string_view v = value;
+    if (flag == "--precision") {
+      if (v == "fp32") {
+        o.precision = precision_kind::fp32;
+      } else if (v == "bf16") {
+        o.precision = precision_kind::bf16;
+      } else if (v == "fp16") {
+        o.precision = precision_kind::fp16;
+      } else {
+        bad_flag("--precision must be fp32, bf16 or fp16, got '" + std::string(v) + "'");
+      }
+    } else if (flag == "--accumulate") {
+      o.accumulate = parse_integer(flag, v, 1, 4096);
+    } else if (flag == "--batch") {
+      const train_mlp::spiral_options data;  // the training split's size bounds the batch
+      o.batch = parse_integer(flag, v, 1, data.samples - data.validation - data.test);
+    } else if (flag == "--steps") {
+      o.steps = parse_integer(flag, v, 1, 10'000'000);
+    } else if (flag == "--lr") {
+      o.lr = parse_number(flag, value, 0.0, 10.0, false);
+    } else if (flag == "--eval-every") {
+      o.eval_every = parse_integer(flag, v, 1, 10'000'000);
+    } else if (flag == "--patience") {
+      o.patience = parse_integer(flag, v, 0, 1'000'000);
+    } else if (flag == "--hidden") {
+      o.hidden = parse_integer(flag, v, 1, 4096);
+    } else if (flag == "--seed") {
+      o.seed = parse_integer(flag, v, 0, std::numeric_limits<std::uint64_t>::max());
+    } else if (flag == "--device") {
+      if (v == "cpu") {
+        o.device = device_kind::cpu;
+      } else if (v == "cuda") {
+        o.device = device_kind::cuda;
+      } else if (v == "auto") {
+        o.device = device_kind::automatic;
+      } else {
+        bad_flag("--device must be cpu, cuda or auto, got '" + std::string(v) + "'");
+      }
+    } else if (flag == "--out") {
+      if (v.empty()) bad_flag("--out needs a directory name, got ''");
+      o.out = value;
+    } else if (flag == "--min-accuracy") {
+      o.min_accuracy = parse_number(flag, value, 0.0, 100.0, true);
+    }
+  }
+  if (o.accumulate > o.batch) {
+    bad_flag("--accumulate " + std::to_string(o.accumulate) + " is more than --batch " +
+             std::to_string(o.batch) + ": every micro-batch needs at least one sample");
+  }
+  if (o.device == device_kind::cuda) {
+    // hone has no CUDA trainer yet, so this example has only its CPU path; say so rather than
+    // fall back silently.
+    bad_flag(
+        "--device cuda is not available: the CUDA/cuBLAS path of this example is not implemented "
+        "yet (hone has no CUDA trainer yet). Use --device cpu (or auto).");
+  }
+  return o;
+}
+
+const char* precision_name(precision_kind p) {
+  switch (p) {
+    case precision_kind::fp32:
+      return "fp32";
+    case precision_kind::bf16:
+      return "bf16";
+    case precision_kind::fp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+/// One CSV row: one call of trainer::step.
+struct metrics_row {
+  std::uint64_t step = 0;  // 1-based; a step skipped for an inf/NaN gradient has its row too
+  hone::step_report report;
+  std::optional<train_mlp::evaluation> validation;
+};
+
+/// printf-style formatting into a std::string.
+std::string format(const char* fmt, auto... args) {
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  if (n <= 0) return {};
+  std::string text(static_cast<std::size_t>(n) + 1, '\0');
+  std::snprintf(text.data(), text.size(), fmt, args...);
+  text.pop_back();
+  return text;
+}
+
+void write_csv(const std::filesystem::path& path, const std::vector<metrics_row>& rows) {
+  std::string csv = "step,loss,grad_norm,lr,loss_scale,skipped,val_loss,val_accuracy\n";
+  for (const metrics_row& r : rows) {
+    csv += format("%llu,%.6g,%.6g,%.6g,%g,%d,", static_cast<unsigned long long>(r.step),
+                  static_cast<double>(r.report.loss), r.report.grad_norm,
+                  static_cast<double>(r.report.lr), static_cast<double>(r.report.loss_scale),
+                  r.report.skipped ? 1 : 0);
+    if (r.validation) {
+      csv += format("%.6g,%.6g", r.validation->loss, r.validation->accuracy);
+    } else {
+      csv += ',';  // neither val_loss nor val_accuracy: two empty fields
+    }
+    csv += '\n';
+  }
+  hone_examples::write_file_atomically(
+      path, std::span(reinterpret_cast<const std::uint8_t*>(csv.data()), csv.size()));
+}
+
+void write_plot(const std::filesystem::path& path, const std::vector<metrics_row>& rows,
+                const std::string& heading) {
+  namespace ex = hone_examples;
+  ex::series train{.label = "train", .colour = ex::light_blue, .thickness = 1};
+  ex::series val_loss{.label = "validation", .colour = ex::orange, .markers = true};
+  ex::series val_acc{.label = "validation", .colour = ex::orange, .markers = true};
+  const double last_step = rows.empty() ? 1.0 : static_cast<double>(rows.back().step);
+  ex::chart loss{.title = "loss (cross-entropy)",
+                 .x_label = "step",
+                 .x_min = 0.0,
+                 .x_max = last_step,
+                 .y_min = 0.0,
+                 .marks_label = "skipped"};
+  double lowest_acc = 100.0;
+  for (const metrics_row& r : rows) {
+    const auto x = static_cast<double>(r.step);
+    if (r.report.skipped) {
+      loss.marks.push_back(x);
+    } else {
+      train.x.push_back(x);
+      train.y.push_back(static_cast<double>(r.report.loss));
+    }
+    if (r.validation) {
+      val_loss.x.push_back(x);
+      val_loss.y.push_back(r.validation->loss);
+      val_acc.x.push_back(x);
+      val_acc.y.push_back(100.0 * r.validation->accuracy);
+      lowest_acc = std::min(lowest_acc, 100.0 * r.validation->accuracy);
+    }
+  }
+  loss.lines = {train, val_loss};
+  ex::chart acc{.title = "accuracy (%)",
+                .x_label = "step",
+                .lines = {val_acc},
+                .x_min = 0.0,
+                .x_max = last_step,
+                .y_min = std::floor(lowest_acc / 10.0) * 10.0,
+                .y_max = 100.0};
+  if (*acc.y_min >= 100.0) acc.y_min = 90.0;
+
+  ex::image img(1200, 470, ex::chart_palette());
+  ex::draw_text(img, 14, 12, heading, ex::black, 2);
+  ex::draw_chart(img, {.left = 0, .top = 34, .width = 600, .height = 436}, loss);
+  ex::draw_chart(img, {.left = 600, .top = 34, .width = 600, .height = 436}, acc);
+  ex::write_png(path, img);
+}
+
+/// Training batches: an epoch-wise shuffled order of the training samples, cut into steps of
+/// `batch` samples, each step cut into `parts` micro-batches of nearly equal size (the first
+/// batch % parts of them one sample larger; accumulate::by_count weights them by size).
+class batch_stream {
+ public:
+  batch_stream(const train_mlp::split& train, std::size_t features, std::size_t batch,
+               std::size_t parts, std::uint64_t seed)
+      : train_(&train),
+        features_(features),
+        rng_(seed ^ 0x9E3779B97F4A7C15ull),
+        order_(train.size()),
+        x_(batch * features),
+        y_(batch),
+        micro_(parts) {
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    rng_.shuffle(order_);
+  }
+
+  /// The micro-batches of the next step (valid until the next call).
+  std::span<const train_mlp::batch> next() {
+    for (std::size_t s = 0; s < y_.size(); ++s) {
+      if (cursor_ == order_.size()) {  // a new epoch
+        rng_.shuffle(order_);
+        cursor_ = 0;
+      }
+      const std::size_t i = order_[cursor_++];
+      std::copy_n(train_->x.begin() + static_cast<std::ptrdiff_t>(i * features_), features_,
+                  x_.begin() + static_cast<std::ptrdiff_t>(s * features_));
+      y_[s] = train_->y[i];
+    }
+    const std::size_t parts = micro_.size(), small = y_.size() / parts, extra = y_.size() % parts;
+    for (std::size_t m = 0, first = 0; m < parts; ++m) {
+      const std::size_t n = small + (m < extra ? 1 : 0);
+      micro_[m] = {std::span<const float>(x_).subspan(first * features_, n * features_),
+                   std::span<const std::int32_t>(y_).subspan(first, n)};
+      first += n;
+    }
+    return micro_;
+  }
+
+ private:
+  const train_mlp::split* train_;
+  std::size_t features_;
+  train_mlp::random_source rng_;
+  std::vector<std::size_t> order_;
+  std::size_t cursor_ = 0;
+  std::vector<float> x_;
+  std::vector<std::int32_t> y_;
+  std::vector<train_mlp::batch> micro_;
+};
+
+template <class Precision>
+int train(const options& o, Precision precision) {
+  using working_type = typename Precision::working_type;
+  using model_type = train_mlp::mlp<working_type>;
+  static_assert(hone::trainable<model_type, train_mlp::batch>);
+
+  const train_mlp::dataset data = train_mlp::make_spiral({});
+  const std::size_t features = data.features;
+  model_type model(features, o.hidden, data.classes, o.seed);
+  hone::trainer t(model, precision, hone::accumulate::by_count{},
+                  hone::adamw{.weight_decay = 0.01f}, hone::clip_grad_norm{.max_norm = 1.0f},
+                  hone::one_cycle{.max_lr = o.lr, .total_steps = o.steps});
+  // No weight decay on biases.
+  t.set_param_groups(hone::make_param_groups(
+      t.layout(), {{.match = hone::is_no_decay_name, .weight_decay = 0.0f}}));
+
+  hone::early_stopping stop(
+      {.mode = hone::monitor_mode::min, .patience = o.patience, .min_delta = 1e-4});
+  hone::best_weights_keeper best;
+  best.track(t.master_weights());
+
+  std::size_t parameters = 0;
+  for (const auto& p : model.parameters()) parameters += p.value.size();
+  const std::size_t small = o.batch / o.accumulate, extra = o.batch % o.accumulate;
+  const std::string split =
+      extra == 0 ? format("%zu x %zu", o.accumulate, small)
+                 : format("%zu x %zu + %zu x %zu", extra, small + 1, o.accumulate - extra, small);
+  std::printf("train_mlp: %zu-arm spiral, %zu train / %zu validation / %zu test samples\n",
+              data.classes, data.train.size(), data.validation.size(), data.test.size());
+  std::printf(
+      "  model: MLP %zu-%zu-%zu-%zu (%zu parameters), %s weights and gradients%s\n", features,
+      o.hidden, o.hidden, data.classes, parameters, precision_name(o.precision),
+      t.zero_copy() ? " (the trainer updates them in place: zero copy)" : ", fp32 master weights");
+  std::printf(
+      "  step: %zu samples in micro-batches of %s, AdamW (weight decay 0.01, none on "
+      "biases), clip_grad_norm 1.0, OneCycle (peak lr %g, %llu steps)\n",
+      o.batch, split.c_str(), o.lr, static_cast<unsigned long long>(o.steps));
+  std::printf("  early stopping on the validation loss (every %llu steps, patience %llu)\n",
+              static_cast<unsigned long long>(o.eval_every),
+              static_cast<unsigned long long>(o.patience));
+  std::printf("  device: cpu%s\n", o.device == device_kind::automatic
+                                       ? " (auto: this example has no CUDA path yet)"
+                                       : "");
+
+  batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
+  std::vector<metrics_row> rows;
+  rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
+  hone_examples::progress bar(o.steps);
+  std::uint64_t skipped = 0, skipped_in_a_row = 0;
+  std::optional<train_mlp::evaluation> last_validation;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t step = 1; step <= o.steps; ++step) {
+    const hone::step_report r = t.step(batches.next());
+    metrics_row& row = rows.emplace_back(metrics_row{step, r, std::nullopt});
+    bool stopping = false;
+    if (step % o.eval_every == 0 || step == o.steps) {
+      row.validation = model.evaluate(data.validation, features);
+      last_validation = row.validation;
+      // Snapshots the (master) weights whenever the validation loss is a new best.
+      stopping = stop.update(row.validation->loss, step, best);
+    }
+    const std::string val_acc =
+        last_validation ? format("%.2f%%", 100.0 * last_validation->accuracy) : std::string("-");
+    bar.update(step, format("loss %.4f  lr %.2e  val_acc %s", static_cast<double>(r.loss),
+                            static_cast<double>(r.lr), val_acc.c_str()));
+
+    if (r.skipped) {  // an inf/NaN gradient: weights, moments and schedule did not move
+      ++skipped;
+      if (++skipped_in_a_row > 50) {
+        throw hone::error("training diverged: " + std::to_string(skipped_in_a_row) +
+                          " steps in a row had an inf/NaN gradient");
+      }
+      bar.note(format("step %5llu: inf/NaN gradient, update skipped (loss scale %g -> %g)",
+                      static_cast<unsigned long long>(step), static_cast<double>(r.loss_scale),
+                      static_cast<double>(t.scaler().scale())));
+    } else {
+      skipped_in_a_row = 0;
+    }
+    if (row.validation) {
+      bar.note(
+          format("step %5llu/%llu  loss %.4f  grad_norm %.3f  lr %.2e  scale %g  "
+                 "val_loss %.4f  val_acc %6.2f%%",
+                 static_cast<unsigned long long>(step), static_cast<unsigned long long>(o.steps),
+                 static_cast<double>(r.loss), r.grad_norm, static_cast<double>(r.lr),
+                 static_cast<double>(r.loss_scale), row.validation->loss,
+                 100.0 * row.validation->accuracy));
+    }
+    if (stopping) {
+      bar.note(stop.message());
+      break;
+    }
+  }
+  bar.finish();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),
+              static_cast<unsigned long long>(t.steps_done()),
+              static_cast<unsigned long long>(skipped), seconds);
+
+  // Back to the weights with the best validation loss: into the fp32 master weights, then cast
+  // into the model's working weights.
+  if (best.has_snapshot()) {
+    best.restore();
+    t.publish_weights();
+    std::printf("restored the best weights: validation loss %.4f at step %llu\n", stop.best(),
+                static_cast<unsigned long long>(stop.best_step().value_or(0)));
+  }
+  const train_mlp::evaluation final_test = model.evaluate(data.test, features);
+  const double accuracy = 100.0 * final_test.accuracy;
+  std::printf("final test loss: %.4f\nfinal test accuracy: %.2f%%\n", final_test.loss, accuracy);
+
+  const std::filesystem::path csv = o.out / "metrics.csv", png = o.out / "curves.png";
+  write_csv(csv, rows);
+  write_plot(
+      png, rows,
+      format("train_mlp  %s  batch %zu = %zu micro-batch%s  %llu steps   final test "
+             "accuracy %.2f%%",
+             precision_name(o.precision), o.batch, o.accumulate, o.accumulate == 1 ? "" : "es",
+             static_cast<unsigned long long>(rows.size()), accuracy));
+  std::printf("wrote %s and %s\n", csv.string().c_str(), png.string().c_str());
+
+  if (o.min_accuracy && accuracy < *o.min_accuracy) {
+    std::fprintf(stderr, "train_mlp: final test accuracy %.2f%% is below --min-accuracy %g\n",
+                 accuracy, *o.min_accuracy);
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse_flags(argc, argv);
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec || !std::filesystem::is_directory(o.out)) {
+      throw hone::error("cannot create the output directory '" + o.out.string() +
+                        "': " + (ec ? ec.message() : std::string("a file of that name exists")));
+    }
+    switch (o.precision) {
+      case precision_kind::fp32:
+        return train(o, hone::fp32{});
+      case precision_kind::bf16:
+        return train(o, hone::bf16_mixed{});
+      case precision_kind::fp16:
+        // PyTorch's GradScaler defaults, but growing the scale after 200 good steps instead of
+        // 2000 (this run is only a few hundred steps long).
+        return train(o, hone::fp16_mixed<>{.scaler = {.growth_interval = 200}});
+    }
+  } catch (const hone::error& e) {
+    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

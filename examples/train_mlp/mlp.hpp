@@ -1,0 +1,308 @@
+// examples/train_mlp/mlp.hpp: the user's model, a multi-layer perceptron written by hand.
+//
+//   inputs -> fc1 -> ReLU -> fc2 -> ReLU -> fc3 -> softmax cross-entropy
+//
+// hone never sees the forward pass: it sees parameters() (name, shape, value and gradient views)
+// and forward_backward(batch, loss_scale) (returns the mean loss, writes the gradients of
+// loss * loss_scale). The model is a template on its working type T (float, hone::bfloat16 or
+// hone::half): values and gradients live in two hone arenas of T laid out by one
+// hone::arena_layout, so with T = float the trainer updates them in place (zero copy), and with
+// 16-bit T the trainer keeps fp32 master weights and casts them back into these arenas after
+// each update.
+//
+// Compute is float: each micro-batch converts the working weights to float once, runs forward and
+// backward in float (matrix products as cache-friendly loops below, element-wise steps with
+// xtensor over xt::adapt views of the same buffers), and rounds the scaled gradients to T at the
+// end. With fp16 a scaled gradient beyond 65504 becomes inf, which the trainer detects and skips.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <hone/core/arena.hpp>
+#include <hone/core/config.hpp>
+#include <hone/core/model.hpp>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xoperation.hpp>
+#include <xtensor/xreducer.hpp>
+
+#include "dataset.hpp"
+
+namespace train_mlp {
+
+/// A micro-batch: `count()` samples of `features` floats (row-major) and their labels. It views
+/// memory owned by the training loop.
+struct batch {
+  std::span<const float> x;
+  std::span<const std::int32_t> y;
+  [[nodiscard]] std::size_t count() const noexcept { return y.size(); }
+};
+
+/// Mean cross-entropy and accuracy (in [0, 1]) of the model on some samples.
+struct evaluation {
+  double loss = 0.0;
+  double accuracy = 0.0;
+};
+
+namespace kernels {
+// Matrices are row-major. The innermost loops run over contiguous memory and vectorize at -O2.
+
+/// out[m x n] = a[m x k] * w[k x n] + bias[n]
+inline void linear_forward(const float* HONE_RESTRICT a, const float* HONE_RESTRICT w,
+                           const float* HONE_RESTRICT bias, float* HONE_RESTRICT out, std::size_t m,
+                           std::size_t k, std::size_t n) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* HONE_RESTRICT o = out + i * n;
+    for (std::size_t j = 0; j < n; ++j) o[j] = bias[j];
+    for (std::size_t p = 0; p < k; ++p) {
+      const float av = a[i * k + p];
+      if (av == 0.0f) continue;  // ReLU outputs are often 0
+      const float* HONE_RESTRICT wr = w + p * n;
+      for (std::size_t j = 0; j < n; ++j) o[j] += av * wr[j];
+    }
+  }
+}
+
+/// g[k x n] = a^T * d, with a[m x k] and d[m x n] (the weight gradient).
+inline void matmul_at_b(const float* HONE_RESTRICT a, const float* HONE_RESTRICT d,
+                        float* HONE_RESTRICT g, std::size_t m, std::size_t k, std::size_t n) {
+  std::fill(g, g + k * n, 0.0f);
+  for (std::size_t i = 0; i < m; ++i) {
+    const float* HONE_RESTRICT dr = d + i * n;
+    for (std::size_t p = 0; p < k; ++p) {
+      const float av = a[i * k + p];
+      if (av == 0.0f) continue;
+      float* HONE_RESTRICT gr = g + p * n;
+      for (std::size_t j = 0; j < n; ++j) gr[j] += av * dr[j];
+    }
+  }
+}
+
+/// e[m x k] = d[m x n] * w^T, with w[k x n] (the input gradient); wt: scratch of n * k floats.
+inline void matmul_a_bt(const float* HONE_RESTRICT d, const float* HONE_RESTRICT w,
+                        float* HONE_RESTRICT e, float* HONE_RESTRICT wt, std::size_t m,
+                        std::size_t k, std::size_t n) {
+  for (std::size_t p = 0; p < k; ++p) {
+    for (std::size_t j = 0; j < n; ++j) wt[j * k + p] = w[p * n + j];
+  }
+  for (std::size_t i = 0; i < m; ++i) {
+    float* HONE_RESTRICT er = e + i * k;
+    std::fill(er, er + k, 0.0f);
+    for (std::size_t j = 0; j < n; ++j) {
+      const float dv = d[i * n + j];
+      if (dv == 0.0f) continue;
+      const float* HONE_RESTRICT wr = wt + j * k;
+      for (std::size_t p = 0; p < k; ++p) er[p] += dv * wr[p];
+    }
+  }
+}
+
+/// A rows x cols xtensor view of `data` (no copy).
+template <class P>
+auto matrix(P* data, std::size_t rows, std::size_t cols) {
+  return xt::adapt(data, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols});
+}
+template <class P>
+auto view1d(P* data, std::size_t size) {
+  return xt::adapt(data, size, xt::no_ownership(), std::array<std::size_t, 1>{size});
+}
+}  // namespace kernels
+
+template <class T>
+class mlp {
+  static constexpr std::size_t layers = 3;
+
+ public:
+  using value_type = T;
+
+  /// inputs -> hidden -> hidden -> classes, random weights from `seed`, zero biases.
+  mlp(std::size_t inputs, std::size_t hidden, std::size_t classes, std::uint64_t seed)
+      : sizes_{inputs, hidden, hidden, classes}, layout_(sizeof(T)) {
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::string name = "fc" + std::to_string(l + 1);
+      layout_.add(name + ".weight", sizes_[l] * sizes_[l + 1]);
+      layout_.add(name + ".bias", sizes_[l + 1]);
+    }
+    values_ = hone::arena<T>(layout_);
+    grads_ = hone::arena<T>(layout_);
+    random_source rng(seed);
+    for (std::size_t l = 0; l < layers; ++l) {
+      // He-uniform before a ReLU; the output layer as PyTorch's nn.Linear (1 / sqrt(fan_in)), so
+      // that the first logits are small and the first loss is close to log(classes).
+      const double fan_in = static_cast<double>(sizes_[l]);
+      const double bound = l + 1 < layers ? std::sqrt(6.0 / fan_in) : std::sqrt(1.0 / fan_in);
+      for (T& w : values_.view(2 * l))
+        w = T(static_cast<float>(bound * (2.0 * rng.uniform() - 1.0)));
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      weights_f32_.assign(layout_.total(), 0.0f);
+      grads_f32_.assign(layout_.total(), 0.0f);
+    }
+  }
+
+  // The model cannot move: parameters() hands out views of its arenas.
+  mlp(const mlp&) = delete;
+  mlp& operator=(const mlp&) = delete;
+
+  /// fc1.weight [inputs x hidden], fc1.bias [hidden], ... (y = x W + b).
+  std::vector<hone::parameter<T>> parameters() {
+    std::vector<hone::parameter<T>> ps;
+    for (std::size_t l = 0; l < layers; ++l) {
+      ps.push_back({layout_[2 * l].name,
+                    {sizes_[l], sizes_[l + 1]},
+                    values_.view(2 * l),
+                    grads_.view(2 * l)});
+      ps.push_back({layout_[2 * l + 1].name,
+                    {sizes_[l + 1]},
+                    values_.view(2 * l + 1),
+                    grads_.view(2 * l + 1)});
+    }
+    return ps;
+  }
+
+  /// Mean cross-entropy over the batch; writes d(loss * loss_scale)/d(parameter) in T.
+  float forward_backward(const batch& b, float loss_scale) {
+    const std::size_t n = b.count();
+    const std::size_t k = sizes_[layers];
+    const float* w = float_weights();
+    float* g = float_grads();
+    const double loss = forward(w, b, n);
+
+    // d(loss * scale)/d(logits) = (softmax - onehot) * scale / n
+    auto d = kernels::matrix(delta_[layers - 1].data(), n, k);
+    const float s = loss_scale / static_cast<float>(n);
+    d = kernels::matrix(probs_.data(), n, k) * s;
+    for (std::size_t i = 0; i < n; ++i) d(i, static_cast<std::size_t>(b.y[i])) -= s;
+
+    for (std::size_t l = layers; l-- > 0;) {
+      const std::size_t in = sizes_[l], out = sizes_[l + 1];
+      const float* input = l == 0 ? b.x.data() : post_[l - 1].data();
+      auto dl = kernels::matrix(delta_[l].data(), n, out);
+      kernels::matmul_at_b(input, delta_[l].data(), g + offset(2 * l), n, in, out);
+      kernels::view1d(g + offset(2 * l + 1), out) = xt::sum(dl, {0});
+      if (l > 0) {
+        kernels::matmul_a_bt(delta_[l].data(), w + offset(2 * l), delta_[l - 1].data(),
+                             transposed_.data(), n, in, out);
+        auto z = kernels::matrix(pre_[l - 1].data(), n, in);
+        auto dprev = kernels::matrix(delta_[l - 1].data(), n, in);
+        dprev = xt::where(z > 0.0f, dprev, 0.0f);  // ReLU'
+      }
+    }
+    store_grads();
+    return static_cast<float>(loss);
+  }
+
+  /// Loss and accuracy on a whole split (forward only, in chunks).
+  evaluation evaluate(const split& data, std::size_t features) {
+    const float* w = float_weights();
+    const std::size_t k = sizes_[layers];
+    constexpr std::size_t chunk = 512;
+    double loss_sum = 0.0;
+    std::size_t correct = 0;
+    for (std::size_t start = 0; start < data.size(); start += chunk) {
+      const std::size_t n = std::min(chunk, data.size() - start);
+      const batch b{std::span<const float>(data.x).subspan(start * features, n * features),
+                    std::span<const std::int32_t>(data.y).subspan(start, n)};
+      loss_sum += forward(w, b, n) * static_cast<double>(n);
+      const auto logits = kernels::matrix(pre_[layers - 1].data(), n, k);
+      for (std::size_t i = 0; i < n; ++i) {
+        std::size_t best = 0;
+        for (std::size_t c = 1; c < k; ++c) best = logits(i, c) > logits(i, best) ? c : best;
+        correct += best == static_cast<std::size_t>(b.y[i]) ? 1 : 0;
+      }
+    }
+    const auto total = static_cast<double>(data.size());
+    return {loss_sum / total, static_cast<double>(correct) / total};
+  }
+
+  [[nodiscard]] const hone::arena_layout& layout() const noexcept { return layout_; }
+
+ private:
+  [[nodiscard]] std::size_t offset(std::size_t slot) const { return layout_[slot].offset; }
+
+  // The working weights as float: the arena itself for T = float, else converted once.
+  const float* float_weights() {
+    if constexpr (std::is_same_v<T, float>) {
+      return values_.all().data();
+    } else {
+      const auto v = values_.all();
+      for (std::size_t i = 0; i < v.size(); ++i) weights_f32_[i] = static_cast<float>(v[i]);
+      return weights_f32_.data();
+    }
+  }
+  float* float_grads() {
+    if constexpr (std::is_same_v<T, float>) {
+      return grads_.all().data();
+    } else {
+      return grads_f32_.data();
+    }
+  }
+  // Rounds the float gradients into the working gradient arena (nothing to do for float).
+  void store_grads() {
+    if constexpr (!std::is_same_v<T, float>) {
+      const auto g = grads_.all();
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<T>(grads_f32_[i]);
+    }
+  }
+
+  // Forward pass over n samples; leaves pre-activations, ReLU outputs, logits (pre_[2]) and
+  // softmax probabilities in the scratch buffers. Returns the mean cross-entropy.
+  double forward(const float* w, const batch& b, std::size_t n) {
+    reserve(n);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::size_t in = sizes_[l], out = sizes_[l + 1];
+      const float* input = l == 0 ? b.x.data() : post_[l - 1].data();
+      kernels::linear_forward(input, w + offset(2 * l), w + offset(2 * l + 1), pre_[l].data(), n,
+                              in, out);
+      if (l + 1 < layers) {
+        kernels::matrix(post_[l].data(), n, out) =
+            xt::maximum(kernels::matrix(pre_[l].data(), n, out), 0.0f);
+      }
+    }
+    // Softmax and cross-entropy, stable: loss_i = max_i + log(sum_j exp(z_ij - max_i)) - z_i,y_i.
+    const std::size_t k = sizes_[layers];
+    const auto z = kernels::matrix(pre_[layers - 1].data(), n, k);
+    auto p = kernels::matrix(probs_.data(), n, k);
+    const auto zmax = xt::eval(xt::amax(z, {1}, xt::keep_dims));
+    p = xt::exp(z - zmax);
+    const auto sum = xt::eval(xt::sum(p, {1}, xt::keep_dims));
+    p /= sum;
+    double loss = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      loss += static_cast<double>(zmax(i, 0)) + std::log(static_cast<double>(sum(i, 0))) -
+              static_cast<double>(z(i, static_cast<std::size_t>(b.y[i])));
+    }
+    return loss / static_cast<double>(n);
+  }
+
+  void reserve(std::size_t n) {
+    for (std::size_t l = 0; l < layers; ++l) {
+      const std::size_t need = n * sizes_[l + 1];
+      if (pre_[l].size() < need) pre_[l].resize(need);
+      if (delta_[l].size() < need) delta_[l].resize(need);
+      if (l + 1 < layers && post_[l].size() < need) post_[l].resize(need);
+    }
+    if (probs_.size() < n * sizes_[layers]) probs_.resize(n * sizes_[layers]);
+    std::size_t widest = 0;
+    for (std::size_t l = 0; l < layers; ++l) widest = std::max(widest, sizes_[l] * sizes_[l + 1]);
+    if (transposed_.size() < widest) transposed_.resize(widest);
+  }
+
+  std::array<std::size_t, layers + 1> sizes_;
+  hone::arena_layout layout_;
+  hone::arena<T> values_, grads_;
+  std::vector<float> weights_f32_, grads_f32_;  // float copies (16-bit T only)
+  // Scratch, per layer: pre-activations, ReLU outputs (hidden layers), gradients w.r.t. the
+  // pre-activations; softmax probabilities; a transposed weight matrix.
+  std::array<std::vector<float>, layers> pre_, post_, delta_;
+  std::vector<float> probs_, transposed_;
+};
+
+}  // namespace train_mlp
