@@ -41,8 +41,8 @@
 HONE_NAMESPACE_BEGIN
 
 /// Tuning of the oneTBB backend. The grain (elements per task) was chosen with
-/// bench/multi_tensor.cpp on 2-core Zen 4: 64 Ki floats (256 KiB per array) keeps every array of
-/// a 4-array update inside L2 while giving 1000+ tasks on 64 M elements.
+/// bench/core.cpp (multi_tensor_axpy_64M) on a 2-core AMD EPYC: 64 Ki floats (256 KiB per array)
+/// keeps every array of a 4-array update inside L2 while giving 1000+ tasks on 64 M elements.
 struct host_tuning {
   std::size_t grain = std::size_t{1} << 16;
 };

@@ -26,7 +26,7 @@ struct cuda_exec {
 };
 
 /// Launch shape of the multi-tensor kernel. apex's values (block 512, chunk 65536, ILP 4); to be
-/// re-tuned with bench/multi_tensor on a GPU machine.
+/// re-tuned with bench_core_gpu (bench/core_gpu.cu) on a GPU machine.
 struct multi_tensor_tuning {
   int block = 512;
   int chunk = 65536;
