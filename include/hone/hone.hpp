@@ -23,5 +23,6 @@
 #include "hone/schedule/schedule.hpp"
 #include "hone/train/accumulate.hpp"
 #include "hone/train/early_stopping.hpp"
+#include "hone/train/recompute.hpp"
 #include "hone/train/roles.hpp"
 #include "hone/train/trainer.hpp"
