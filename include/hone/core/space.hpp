@@ -62,7 +62,9 @@ struct space_traits<host_space> {
   static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
     detail::aligned_host_deallocate(p);
   }
-  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes != 0) std::memset(p, 0, bytes);
+  }
 };
 
 /// A type is a memory space when space_traits describes it completely.
@@ -92,7 +94,9 @@ struct space_traits<pinned_host_space> {
   static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
     detail::aligned_host_deallocate(p);
   }
-  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes != 0) std::memset(p, 0, bytes);
+  }
 };
 HONE_NAMESPACE_END
 #endif

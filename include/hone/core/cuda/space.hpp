@@ -57,6 +57,8 @@ struct space_traits<pinned_host_space> {
   static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
     if (p != nullptr) (void)cudaFreeHost(p);
   }
-  static void zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes != 0) std::memset(p, 0, bytes);
+  }
 };
 HONE_NAMESPACE_END
