@@ -62,7 +62,7 @@ HONE_HOST_DEVICE constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcep
 ///
 /// Trivially copyable, standard layout, 2 bytes, bits identical to __nv_bfloat16. Default
 /// construction leaves the value uninitialized (like float); value-initialization gives +0.
-class bfloat16 {
+class bfloat16 : public detail::compare_as_float<bfloat16> {
  public:
   bfloat16() = default;
 
@@ -95,26 +95,6 @@ class bfloat16 {
     return __nv_bfloat16(raw);
   }
 #endif
-
-  // Comparisons are those of the float values: NaN is unordered, -0 == +0.
-  friend HONE_HOST_DEVICE constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) == static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator!=(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) != static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator<(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) < static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator<=(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) <= static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator>(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) > static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator>=(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) >= static_cast<float>(b);
-  }
 
  private:
   std::uint16_t bits_;

@@ -101,7 +101,7 @@ HONE_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
 ///
 /// Trivially copyable, standard layout, 2 bytes, bits identical to __half. Default construction
 /// leaves the value uninitialized (like float); value-initialization gives +0.
-class half {
+class half : public detail::compare_as_float<half> {
  public:
   half() = default;
 
@@ -133,26 +133,6 @@ class half {
     return __half(raw);
   }
 #endif
-
-  // Comparisons are those of the float values: NaN is unordered, -0 == +0.
-  friend HONE_HOST_DEVICE constexpr bool operator==(half a, half b) noexcept {
-    return static_cast<float>(a) == static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator!=(half a, half b) noexcept {
-    return static_cast<float>(a) != static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator<(half a, half b) noexcept {
-    return static_cast<float>(a) < static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator<=(half a, half b) noexcept {
-    return static_cast<float>(a) <= static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator>(half a, half b) noexcept {
-    return static_cast<float>(a) > static_cast<float>(b);
-  }
-  friend HONE_HOST_DEVICE constexpr bool operator>=(half a, half b) noexcept {
-    return static_cast<float>(a) >= static_cast<float>(b);
-  }
 
  private:
   std::uint16_t bits_;

@@ -46,5 +46,26 @@ HONE_HOST_DEVICE constexpr bool float_bits_is_nan(std::uint32_t u) noexcept {
   return (u & float_abs_mask) > float_exponent_mask;
 }
 
+/// The comparisons of a 2-byte float type T: those of the exact float values (NaN unordered,
+/// -0 == +0). An empty base (CRTP), so T stays 2 bytes, trivially copyable and standard layout.
+template <class T>
+struct compare_as_float {
+  friend HONE_HOST_DEVICE constexpr bool operator==(T a, T b) noexcept {
+    return static_cast<float>(a) == static_cast<float>(b);
+  }
+  friend HONE_HOST_DEVICE constexpr bool operator<(T a, T b) noexcept {
+    return static_cast<float>(a) < static_cast<float>(b);
+  }
+  friend HONE_HOST_DEVICE constexpr bool operator<=(T a, T b) noexcept {
+    return static_cast<float>(a) <= static_cast<float>(b);
+  }
+  friend HONE_HOST_DEVICE constexpr bool operator>(T a, T b) noexcept {
+    return static_cast<float>(a) > static_cast<float>(b);
+  }
+  friend HONE_HOST_DEVICE constexpr bool operator>=(T a, T b) noexcept {
+    return static_cast<float>(a) >= static_cast<float>(b);
+  }
+};
+
 }  // namespace detail
 HONE_NAMESPACE_END
