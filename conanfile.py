@@ -2,7 +2,7 @@
 
     conan create . -pr:h default -pr:h packaging/conan/profiles/debian12 -pr:b default -nr
 
-creates the package offline against the distribution's oneTBB, xtensor, xsimd, zstd and Open MPI
+creates the package offline against the distribution's oneTBB, xtensor, xsimd, zstd, xxHash and Open MPI
 (declared as [platform_requires] in that profile); without the second profile the dependencies
 come from a remote (ConanCenter) as usual. See docs/install.md.
 
@@ -53,6 +53,14 @@ _MODULES = {
           target_link_libraries(hone::hone INTERFACE zstd::libzstd_static)
         endif()
         """,
+    "xxhash": """\
+        if(NOT TARGET xxHash::xxhash)
+          list(PREPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}")
+          find_package(xxHash 0.8 REQUIRED)
+          list(POP_FRONT CMAKE_MODULE_PATH)
+        endif()
+        target_link_libraries(hone::hone INTERFACE xxHash::xxhash)
+        """,
     "openmpi": """\
         find_package(MPI REQUIRED COMPONENTS CXX)
         target_link_libraries(hone::mpi INTERFACE MPI::MPI_CXX)
@@ -86,7 +94,7 @@ class HoneConan(ConanFile):
     default_options = {"cuda": False, "mpi": False, "nccl": False}
     # Headers only (not editor or temporary files that may sit next to them).
     exports_sources = ("include/*.hpp", "include/*.cuh", "include/*.h", "cmake/FindNCCL.cmake",
-                       "LICENSE")
+                       "cmake/FindxxHash.cmake", "LICENSE")
     no_copy_source = True
 
     def set_version(self):
@@ -101,11 +109,13 @@ class HoneConan(ConanFile):
 
     def requirements(self):
         # Ranges that hold the Debian 12 versions (onetbb 2021.8.0, xtensor 0.24.3, xsimd 8.1.0,
-        # zstd 1.5.4, openmpi 4.1.4) and the matching ConanCenter ones.
+        # zstd 1.5.4, xxhash 0.8.1, openmpi 4.1.4) and the matching ConanCenter ones.
         self.requires("onetbb/[>=2021.8.0 <2023]")
         self.requires("xtensor/[>=0.24.3 <0.25]")
         self.requires("xsimd/[>=8.1.0 <11]")
         self.requires("zstd/[>=1.5.4 <1.6]")
+        # xxHash: XXH3-128 checkpoint hashes (used header-only).
+        self.requires("xxhash/[>=0.8.1 <0.9]")
         if self.options.mpi:
             self.requires("openmpi/[>=4.1.4 <6]")
 
@@ -125,6 +135,7 @@ class HoneConan(ConanFile):
                  os.path.join(self.package_folder, "include"))
         modules = os.path.join(self.package_folder, _MODULES_DIR)
         copy(self, "FindNCCL.cmake", os.path.join(self.source_folder, "cmake"), modules)
+        copy(self, "FindxxHash.cmake", os.path.join(self.source_folder, "cmake"), modules)
         for name, body in _MODULES.items():
             save(self, os.path.join(modules, f"hone-{name}.cmake"),
                  f"# Included by hone-config.cmake (Conan CMakeDeps): {name}.\n"
@@ -157,7 +168,7 @@ class HoneConan(ConanFile):
         # a platform one, which its build module links instead.
         core.requires = []
         for dep, component in (("onetbb", "libtbb"), ("xtensor", "xtensor"), ("xsimd", "xsimd"),
-                               ("zstd", "zstdlib")):
+                               ("zstd", "zstdlib"), ("xxhash", "libxxhash")):
             if self._system_provided(dep):
                 modules.append(dep)
             else:

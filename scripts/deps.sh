@@ -5,12 +5,13 @@
 HONE_APT_PACKAGES=(
   cmake g++ make ccache git python3 python3-pip
   clang libclang-rt-14-dev
-  libtbb-dev libxtensor-dev libxsimd-dev libzstd-dev
+  libtbb-dev libxtensor-dev libxsimd-dev libzstd-dev libxxhash-dev
   libboost-test-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
 )
-# Python packages from PyPI: Conan 2 for the package test.
-HONE_PIP_PACKAGES=("conan>=2.34,<3")
+# Python packages from PyPI: Conan 2 for the package test; safetensors and numpy for the
+# checkpoint interop test (tests/checkpoint/interop.py).
+HONE_PIP_PACKAGES=("conan>=2.34,<3" "safetensors>=0.4" "numpy")
 
 hone_missing_apt() {
   local p missing=()
@@ -42,10 +43,11 @@ hone_install_deps() {
       return 1
     fi
   fi
-  if ! command -v conan >/dev/null 2>&1; then
+  if ! command -v conan >/dev/null 2>&1 ||
+     ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
     echo "== installing pip packages: ${HONE_PIP_PACKAGES[*]}"
     python3 -m pip install -q "${HONE_PIP_PACKAGES[@]}" ||
       python3 -m pip install -q --break-system-packages "${HONE_PIP_PACKAGES[@]}" ||
-      echo "warning: could not pip install ${HONE_PIP_PACKAGES[*]}; the Conan package test will be skipped" >&2
+      echo "warning: could not pip install ${HONE_PIP_PACKAGES[*]}; the Conan package test and the checkpoint interop test will be skipped" >&2
   fi
 }

@@ -2,6 +2,16 @@
 // .cuh headers under */cuda/ and are included by .cu files only.
 #pragma once
 
+#include "hone/checkpoint/compress.hpp"
+#include "hone/checkpoint/dtype.hpp"
+#include "hone/checkpoint/file_io.hpp"
+#include "hone/checkpoint/hash.hpp"
+#include "hone/checkpoint/json.hpp"
+#include "hone/checkpoint/manifest.hpp"
+#include "hone/checkpoint/safetensors.hpp"
+#include "hone/checkpoint/state.hpp"
+#include "hone/checkpoint/tensor_file.hpp"
+#include "hone/checkpoint/verify.hpp"
 #include "hone/core/arena.hpp"
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"

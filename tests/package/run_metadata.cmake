@@ -26,7 +26,8 @@ foreach(_var IN LISTS _port_vars)
   endif()
 endforeach()
 
-foreach(_file IN ITEMS LICENSE cmake/FindNCCL.cmake ports/hone/usage test_package/conanfile.py
+foreach(_file IN ITEMS LICENSE cmake/FindNCCL.cmake cmake/FindxxHash.cmake ports/hone/usage
+                       test_package/conanfile.py
                        packaging/conan/profiles/debian12)
   if(NOT EXISTS "${HONE_SOURCE_DIR}/${_file}")
     list(APPEND _errors "${_file} is missing")
