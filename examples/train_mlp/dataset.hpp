@@ -50,6 +50,8 @@ class random_source {
   void shuffle(std::vector<T>& v) {
     for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[below(i)]);
   }
+  /// The engine, for checkpoints (hone::checkpoint::rng_state / restore_rng).
+  [[nodiscard]] std::mt19937_64& engine() noexcept { return engine_; }
 
  private:
   std::mt19937_64 engine_;

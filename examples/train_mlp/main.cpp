@@ -12,6 +12,11 @@
 // with the best weights restored at the end. The precision is a runtime flag, the model's element
 // type a template parameter: main() dispatches to one of three instantiations of train<>().
 //
+// With --checkpoint-dir it saves checkpoints (hone::checkpoint: atomic step-N directories, sync
+// or --checkpoint-async, --keep N) holding the weights, the AdamW moments, the step, the loss
+// scaler, and the batch order's RNG and position, so --resume continues bit for bit where the
+// newest valid checkpoint left off.
+//
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
 // prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
 // 3 final accuracy below --min-accuracy.
@@ -23,6 +28,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <hone/checkpoint/directory.hpp>
+#include <hone/checkpoint/hash.hpp>
+#include <hone/checkpoint/trainer_checkpoint.hpp>
+#include <hone/checkpoint/writer.hpp>
 #include <hone/core/error.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/optim/clipping.hpp>
@@ -64,6 +73,12 @@ struct options {
   device_kind device = device_kind::automatic;
   std::filesystem::path out = "train_mlp_out";
   std::optional<double> min_accuracy;  // percent
+  std::optional<std::filesystem::path> checkpoint_dir;
+  std::uint64_t checkpoint_every = 100;
+  std::size_t keep = 0;  // 0: keep every checkpoint
+  bool checkpoint_async = false;
+  bool resume = false;
+  std::optional<std::uint64_t> stop_after;  // testing --resume: stop as if interrupted
 };
 
 constexpr const char* usage_text =
@@ -80,6 +95,13 @@ constexpr const char* usage_text =
     "  --device cpu|cuda|auto      where to train (default auto)\n"
     "  --out DIR                   where metrics.csv and curves.png go (default train_mlp_out)\n"
     "  --min-accuracy X            exit with status 3 if the final test accuracy (%) is below X\n"
+    "  --checkpoint-dir DIR        save checkpoints under DIR (DIR/step-000000100, ...)\n"
+    "  --checkpoint-every N        steps between checkpoints (default 100; the last step too)\n"
+    "  --keep N                    keep the newest N checkpoints (default 0: all)\n"
+    "  --checkpoint-async          write checkpoints in the background while training goes on\n"
+    "  --resume                    continue from the newest valid checkpoint in --checkpoint-dir\n"
+    "  --stop-after N              stop after step N without a final checkpoint, as if killed\n"
+    "                              (to test --resume)\n"
     "  --help                      print this text\n";
 
 [[noreturn]] void bad_flag(const std::string& why) {
@@ -121,9 +143,30 @@ options parse_flags(int argc, char** argv) {
       std::exit(0);
     }
     if (!flag.starts_with("--")) bad_flag("unexpected argument '" + std::string(flag) + "'");
-    static constexpr std::string_view known[] = {
-        "--precision", "--accumulate", "--batch", "--steps",  "--lr",  "--eval-every",
-        "--patience",  "--hidden",     "--seed",  "--device", "--out", "--min-accuracy"};
+    if (flag == "--checkpoint-async") {
+      o.checkpoint_async = true;
+      continue;
+    }
+    if (flag == "--resume") {
+      o.resume = true;
+      continue;
+    }
+    static constexpr std::string_view known[] = {"--precision",
+                                                 "--accumulate",
+                                                 "--batch",
+                                                 "--steps",
+                                                 "--lr",
+                                                 "--eval-every",
+                                                 "--patience",
+                                                 "--hidden",
+                                                 "--seed",
+                                                 "--device",
+                                                 "--out",
+                                                 "--min-accuracy",
+                                                 "--checkpoint-dir",
+                                                 "--checkpoint-every",
+                                                 "--keep",
+                                                 "--stop-after"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) {
       bad_flag("unknown flag '" + std::string(flag) + "'");
     }
@@ -172,7 +215,20 @@ options parse_flags(int argc, char** argv) {
       o.out = value;
     } else if (flag == "--min-accuracy") {
       o.min_accuracy = parse_number(flag, value, 0.0, 100.0, true);
+    } else if (flag == "--checkpoint-dir") {
+      if (v.empty()) bad_flag("--checkpoint-dir needs a directory name, got ''");
+      o.checkpoint_dir = value;
+    } else if (flag == "--checkpoint-every") {
+      o.checkpoint_every = parse_integer(flag, v, 1, 10'000'000);
+    } else if (flag == "--keep") {
+      o.keep = parse_integer(flag, v, 0, 1'000'000);
+    } else if (flag == "--stop-after") {
+      o.stop_after = parse_integer(flag, v, 1, 10'000'000);
     }
+  }
+  if (!o.checkpoint_dir && (o.resume || o.checkpoint_async)) {
+    bad_flag(std::string(o.resume ? "--resume" : "--checkpoint-async") +
+             " needs --checkpoint-dir DIR");
   }
   if (o.accumulate > o.batch) {
     bad_flag("--accumulate " + std::to_string(o.accumulate) + " is more than --batch " +
@@ -300,12 +356,33 @@ class batch_stream {
     rng_.shuffle(order_);
   }
 
+  /// The position in the batch order, for checkpoints: {"epoch": e, "cursor": c}, and the RNG.
+  [[nodiscard]] hone::checkpoint::json::value position() const {
+    auto v = hone::checkpoint::json::value::object();
+    v.set("epoch", epoch_);
+    v.set("cursor", static_cast<std::uint64_t>(cursor_));
+    return v;
+  }
+  [[nodiscard]] std::string rng_state() { return hone::checkpoint::rng_state(rng_.engine()); }
+  /// Continues from a checkpoint's position: replays the epochs' shuffles from the seed (the order
+  /// of an epoch is the previous order shuffled), then restores the RNG's saved state.
+  void restore(const hone::checkpoint::json::value& position, std::string_view rng_text) {
+    const std::uint64_t epochs = position.at("epoch").as_u64();
+    const std::uint64_t cursor = position.at("cursor").as_u64();
+    if (cursor > order_.size()) throw hone::checkpoint_error("batch position beyond the epoch");
+    for (std::uint64_t e = epoch_; e < epochs; ++e) rng_.shuffle(order_);
+    hone::checkpoint::restore_rng(rng_.engine(), rng_text, "batch_order");
+    epoch_ = epochs;
+    cursor_ = static_cast<std::size_t>(cursor);
+  }
+
   /// The micro-batches of the next step (valid until the next call).
   std::span<const train_mlp::batch> next() {
     for (std::size_t s = 0; s < y_.size(); ++s) {
       if (cursor_ == order_.size()) {  // a new epoch
         rng_.shuffle(order_);
         cursor_ = 0;
+        ++epoch_;
       }
       const std::size_t i = order_[cursor_++];
       std::copy_n(train_->x.begin() + static_cast<std::ptrdiff_t>(i * features_), features_,
@@ -328,6 +405,7 @@ class batch_stream {
   train_mlp::random_source rng_;
   std::vector<std::size_t> order_;
   std::size_t cursor_ = 0;
+  std::uint64_t epoch_ = 0;
   std::vector<float> x_;
   std::vector<std::int32_t> y_;
   std::vector<train_mlp::batch> micro_;
@@ -378,14 +456,69 @@ int train(const options& o, Precision precision) {
                                        : "");
 
   batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
+
+  // Checkpoints: DIR/step-N directories that appear atomically (see docs/checkpoint.md).
+  namespace ck = hone::checkpoint;
+  std::optional<ck::checkpoint_writer> writer;
+  const ck::shape_map shapes = ck::parameter_shapes(model);
+  std::uint64_t first_step = 1;
+  if (o.checkpoint_dir) {
+    ck::writer_options wo;
+    wo.root = *o.checkpoint_dir;
+    wo.async = o.checkpoint_async;
+    wo.busy = ck::on_busy::wait;
+    if (o.keep > 0) wo.retention = ck::retention_policy{.keep_last = o.keep};
+    writer.emplace(std::move(wo));  // creates DIR; removes what killed runs left there
+    for (const auto& p : writer->cleaned()) {
+      std::printf("  checkpoints: removed the leftover of an interrupted save, %s\n",
+                  p.string().c_str());
+    }
+    std::printf("  checkpoints: every %llu steps into %s (%s%s)\n",
+                static_cast<unsigned long long>(o.checkpoint_every),
+                o.checkpoint_dir->string().c_str(), o.checkpoint_async ? "async" : "sync",
+                o.keep > 0 ? format(", keeping the newest %zu", o.keep).c_str() : "");
+    if (o.resume) {
+      std::vector<std::string> skipped;
+      const auto c = ck::newest_valid(*o.checkpoint_dir, true, &skipped);
+      for (const auto& why : skipped) std::printf("  checkpoints: %s\n", why.c_str());
+      if (!c) {
+        std::printf("  checkpoints: no valid checkpoint in %s yet: starting from scratch\n",
+                    o.checkpoint_dir->string().c_str());
+      } else {
+        const ck::training_state st = ck::restore(t, c->path);
+        if (const auto it = st.metadata.find("precision");
+            it != st.metadata.end() && it->second != precision_name(o.precision)) {
+          throw hone::config_error("the checkpoint " + c->path.string() +
+                                   " was trained with --precision " + it->second + ", not " +
+                                   precision_name(o.precision));
+        }
+        batches.restore(st.data.at("batches"), st.rng.at("batch_order"));
+        first_step = st.data.at("call").as_u64() + 1;
+        std::printf("  resumed from %s: step %llu (%llu updates)\n", c->path.string().c_str(),
+                    static_cast<unsigned long long>(first_step - 1),
+                    static_cast<unsigned long long>(t.steps_done()));
+      }
+    }
+  }
+  const auto save_checkpoint = [&](std::uint64_t step,
+                                   const std::optional<train_mlp::evaluation>& validation) {
+    ck::training_state own;  // what the trainer does not know: batch order, position, metadata
+    own.rng["batch_order"] = batches.rng_state();
+    own.data.set("batches", batches.position());
+    own.data.set("call", step);  // calls of trainer::step, skipped ones included
+    own.metadata["precision"] = precision_name(o.precision);
+    if (validation) own.metadata["val_loss"] = format("%.9g", validation->loss);
+    (void)writer->save(step, [&](ck::snapshot& s) { ck::capture(t, s, own, {.shapes = &shapes}); });
+  };
   std::vector<metrics_row> rows;
   rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
   hone_examples::progress bar(o.steps);
   std::uint64_t skipped = 0, skipped_in_a_row = 0;
   std::optional<train_mlp::evaluation> last_validation;
   const auto start = std::chrono::steady_clock::now();
-  for (std::uint64_t step = 1; step <= o.steps; ++step) {
+  for (std::uint64_t step = first_step; step <= o.steps; ++step) {
     const hone::step_report r = t.step(batches.next());
+    if (writer) writer->check();  // a failed background save throws here, at the next step
     metrics_row& row = rows.emplace_back(metrics_row{step, r, std::nullopt});
     bool stopping = false;
     if (step % o.eval_every == 0 || step == o.steps) {
@@ -420,12 +553,31 @@ int train(const options& o, Precision precision) {
                  static_cast<double>(r.loss_scale), row.validation->loss,
                  100.0 * row.validation->accuracy));
     }
+    if (writer && (step % o.checkpoint_every == 0 || step == o.steps || stopping)) {
+      save_checkpoint(step, row.validation);
+    }
+    if (o.stop_after && step >= *o.stop_after) {
+      if (writer) writer->wait();
+      bar.finish();
+      std::printf("stopped after step %llu (--stop-after), as if interrupted\n",
+                  static_cast<unsigned long long>(step));
+      return 0;
+    }
     if (stopping) {
       bar.note(stop.message());
       break;
     }
   }
   bar.finish();
+  if (writer) {
+    writer->wait();
+    std::printf("checkpoints: %zu saved, newest %s\n", writer->saves_committed(),
+                writer->last_committed() ? writer->last_committed()->string().c_str() : "-");
+  }
+  {
+    const std::span<const float> w = t.master_weights();
+    std::printf("final master weights xxh3-128: %s\n", ck::hash128(std::as_bytes(w)).hex().c_str());
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),

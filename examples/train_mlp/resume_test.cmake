@@ -1,0 +1,60 @@
+# examples/train_mlp/resume_test.cmake: --resume is bitwise identical to never stopping.
+#   cmake -DEXE=<train_mlp> -DWORK=<dir> "-DARGS=<common flags>" [-DASYNC=ON] -P resume_test.cmake
+# Runs (1) straight through, (2) interrupted by --stop-after between two checkpoints, (3) resumed
+# with --resume from the newest valid checkpoint; (1) and (3) must print the same hash of the
+# final master weights and the same final test metrics, and end metrics.csv with the same row.
+cmake_minimum_required(VERSION 3.25)
+file(REMOVE_RECURSE "${WORK}")
+set(extra "")
+if(ASYNC)
+  set(extra --checkpoint-async)
+endif()
+
+function(run name)
+  execute_process(COMMAND "${EXE}" ${ARGS} ${extra} --out "${WORK}/${name}" ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("--- ${name}: ${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name}: exit status ${rc}")
+  endif()
+  set(${name}_out "${out}" PARENT_SCOPE)
+endfunction()
+
+run(straight --checkpoint-dir "${WORK}/ckpt-straight")
+run(interrupted --checkpoint-dir "${WORK}/ckpt" --stop-after 70)
+# A leftover of a killed save must be cleaned on the next start.
+file(MAKE_DIRECTORY "${WORK}/ckpt/.tmp-step-000000080-999999999")
+run(resumed --checkpoint-dir "${WORK}/ckpt" --resume --keep 2)
+
+if(NOT resumed_out MATCHES "resumed from [^\n]*step-000000040")
+  message(FATAL_ERROR "the resumed run did not start from step 40")
+endif()
+if(NOT resumed_out MATCHES "removed the leftover")
+  message(FATAL_ERROR "the resumed run did not remove the leftover temporary directory")
+endif()
+foreach(pattern "final master weights xxh3-128: [0-9a-f]+" "final test loss: [0-9.]+"
+                "final test accuracy: [0-9.]+%")
+  string(REGEX MATCH "${pattern}" a "${straight_out}")
+  string(REGEX MATCH "${pattern}" b "${resumed_out}")
+  if(a STREQUAL "" OR NOT a STREQUAL b)
+    message(FATAL_ERROR "not identical: straight '${a}', resumed '${b}'")
+  endif()
+  message("identical: ${a}")
+endforeach()
+file(STRINGS "${WORK}/straight/metrics.csv" s)
+file(STRINGS "${WORK}/resumed/metrics.csv" r)
+list(POP_BACK s s_last)
+list(POP_BACK r r_last)
+if(NOT s_last STREQUAL r_last)
+  message(FATAL_ERROR "last metrics rows differ: '${s_last}' vs '${r_last}'")
+endif()
+file(GLOB kept LIST_DIRECTORIES true "${WORK}/ckpt/step-*")
+list(LENGTH kept n)
+if(NOT n EQUAL 2)
+  message(FATAL_ERROR "--keep 2 left ${n} checkpoints: ${kept}")
+endif()
+file(GLOB temps LIST_DIRECTORIES true "${WORK}/ckpt/.tmp-*")
+if(temps)
+  message(FATAL_ERROR "temporaries left: ${temps}")
+endif()
+message("last metrics row identical: ${s_last}")

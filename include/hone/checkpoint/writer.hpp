@@ -1,0 +1,313 @@
+// hone/checkpoint/writer.hpp: saving checkpoints, synchronously or in the background.
+//
+//   ck::checkpoint_writer w({.root = "ckpt", .async = true, .busy = ck::on_busy::skip,
+//                            .retention = ck::retention_policy{.keep_last = 3}});
+//   for (...) {
+//     t.step(batch);
+//     w.check();                                     // a failed background save throws here
+//     if (step % 100 == 0)
+//       w.save(step, [&](ck::snapshot& s) { ck::capture(t, s, extra_state); });
+//   }
+//   w.wait();                                        // the last save is committed (or throws)
+//
+// A snapshot copies every tensor into one staging buffer that is reused between saves (no
+// allocation once it has grown to the checkpoint's size; it would be pinned host memory for
+// device tensors, which this CPU-only writer does not have yet). The background thread writes the
+// files of the snapshot while training continues: at most one save is in flight; when the next
+// save point comes while it still runs, on_busy::wait blocks until it is done, on_busy::skip
+// skips this save (counted in saves_skipped()). An error in the background (disk full,
+// permissions) is kept and thrown by the next check(), save() or wait(), never swallowed. Each
+// save is an atomic directory (directory.hpp); retention runs after each commit.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hone/checkpoint/directory.hpp"
+#include "hone/checkpoint/retention.hpp"
+#include "hone/checkpoint/safetensors.hpp"
+#include "hone/checkpoint/state.hpp"
+#include "hone/checkpoint/tensor_file.hpp"
+#include "hone/checkpoint/verify.hpp"
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace checkpoint {
+
+/// Everything one checkpoint holds, copied out of the training objects: tensor files (each a list
+/// of tensors in the shared staging buffer) and the training state.
+class snapshot {
+ public:
+  training_state state;
+
+  /// Adds a tensor to file `file` (e.g. files::weights), copying its bytes into the staging
+  /// buffer; stored as `export_as` (default: its own dtype).
+  template <std::ranges::contiguous_range R>
+  requires std::ranges::sized_range<R>
+  void add(std::string_view file, std::string name, shape_type shape, const R& data,
+           std::optional<dtype> export_as = std::nullopt) {
+    using T = std::remove_cv_t<std::ranges::range_value_t<R>>;
+    const auto bytes = std::as_bytes(std::span<const T>(
+        std::ranges::data(data), static_cast<std::size_t>(std::ranges::size(data))));
+    add_bytes(file, std::move(name), dtype_of<T>, export_as.value_or(dtype_of<T>), std::move(shape),
+              bytes);
+  }
+
+  /// Adds raw little-endian bytes of dtype `source`, stored as `stored`.
+  void add_bytes(std::string_view file, std::string name, dtype source, dtype stored,
+                 shape_type shape, std::span<const std::byte> bytes) {
+    require(is_valid_manifest_name(file) && file != files::manifest && file != files::state,
+            "hone::checkpoint::snapshot: '" + std::string(file) + "' cannot be a tensor file name");
+    require(source == stored || can_convert(source, stored),
+            "hone::checkpoint::snapshot: cannot store " + std::string(dtype_name(source)) + " as " +
+                std::string(dtype_name(stored)));
+    const std::size_t n = bytes.size() / dtype_size(source) * dtype_size(stored);
+    const std::size_t offset = (used_ + 63) / 64 * 64;
+    reserve_staging(offset + n);
+    const std::span<std::byte> dst(staging_.data() + offset, n);
+    if (source == stored) {
+      if (n > 0) std::memcpy(dst.data(), bytes.data(), n);
+    } else {
+      convert(bytes, source, dst, stored);  // converted now: the snapshot owns its bytes
+    }
+    used_ = offset + n;
+    part& p = part_for(file);
+    p.items.push_back({std::move(name), stored, std::move(shape), offset, n});
+  }
+
+  /// Sets a "__metadata__" entry of tensor file `file`.
+  void set_metadata(std::string_view file, std::string key, std::string value) {
+    part_for(file).metadata.insert_or_assign(std::move(key), std::move(value));
+  }
+
+  /// Forgets the contents; the staging buffer keeps its capacity for the next save.
+  void clear() noexcept {
+    parts_.clear();
+    used_ = 0;
+    state = training_state{};
+  }
+
+  /// Bytes of tensor data held, and the staging buffer's capacity.
+  [[nodiscard]] std::size_t bytes() const noexcept { return used_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return staging_.size(); }
+
+  /// Writes the tensor files and state.json into `dir` (files go through pending_checkpoint).
+  void write_into(pending_checkpoint& pc, const write_options& options) const {
+    for (const part& p : parts_) {
+      tensor_writer w;
+      for (const item& it : p.items) {
+        w.add(it.name, it.stored, it.shape,
+              std::span<const std::byte>(staging_.data() + it.offset, it.bytes));
+      }
+      for (const auto& [k, v] : p.metadata) w.set_metadata(k, v);
+      pc.add(p.file, write_tensors(w, pc.file(p.file), options));
+    }
+    pc.add(std::string(files::state), write_state(pc.file(files::state), state, options.sync));
+  }
+
+ private:
+  struct item {
+    std::string name;
+    dtype stored;
+    shape_type shape;
+    std::size_t offset;
+    std::size_t bytes;
+  };
+  struct part {
+    std::string file;
+    std::vector<item> items;
+    metadata_map metadata;
+  };
+  part& part_for(std::string_view file) {
+    for (part& p : parts_) {
+      if (p.file == file) return p;
+    }
+    return parts_.emplace_back(part{std::string(file), {}, {}});
+  }
+  void reserve_staging(std::size_t n) {
+    if (n <= staging_.size()) return;
+    std::vector<std::byte> bigger(std::max(n, staging_.size() + staging_.size() / 2));
+    if (used_ > 0) std::memcpy(bigger.data(), staging_.data(), used_);
+    staging_ = std::move(bigger);
+  }
+  std::vector<part> parts_;
+  std::vector<std::byte> staging_;
+  std::size_t used_ = 0;
+};
+
+/// Writes `s` as the checkpoint of `step` under `root` (atomically); returns its path.
+inline std::filesystem::path write_snapshot(const std::filesystem::path& root, std::uint64_t step,
+                                            const snapshot& s, const write_options& options = {}) {
+  pending_checkpoint pc = pending_checkpoint::for_step(root, step);
+  s.write_into(pc, options);
+  return pc.commit();
+}
+
+/// What save() does when the previous background save still runs.
+enum class on_busy { wait, skip };
+
+/// How a checkpoint_writer saves.
+struct writer_options {
+  std::filesystem::path root{};                      // the run's checkpoint directory
+  bool async = false;                                // write in a background thread
+  on_busy busy = on_busy::wait;                      // async: when a save is still running
+  std::optional<compression_options> compression{};  // none: plain safetensors
+  bool sync = true;                                  // fsync files and directories
+  std::optional<retention_policy> retention{};       // applied after each commit
+  bool clean_leftovers = true;                       // remove killed writers' temporaries at start
+};
+
+/// Saves checkpoints of a run under one root, synchronously or one at a time in the background.
+class checkpoint_writer {
+ public:
+  explicit checkpoint_writer(writer_options options) : options_(std::move(options)) {
+    require(!options_.root.empty(), "hone::checkpoint::checkpoint_writer: the root is empty");
+    ensure_directory(options_.root);
+    if (options_.clean_leftovers) cleaned_ = clean_leftovers(options_.root);
+    if (options_.async) worker_ = std::thread([this] { run(); });
+  }
+  checkpoint_writer(const checkpoint_writer&) = delete;
+  checkpoint_writer& operator=(const checkpoint_writer&) = delete;
+  /// Waits for the save in flight. An error it raised is lost here: call wait() first to see it.
+  ~checkpoint_writer() {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard lock(mutex_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      worker_.join();
+    }
+  }
+
+  /// Saves the checkpoint of `step`: `fill(snapshot&)` copies the state into the (reused)
+  /// snapshot; then the files are written, now or in the background. Returns false when the save
+  /// was skipped (async, on_busy::skip, a save still running). Rethrows a background error.
+  template <class Fill>
+  bool save(std::uint64_t step, Fill&& fill) {
+    std::unique_lock lock(mutex_);
+    rethrow_locked();
+    if (options_.async && pending_) {
+      if (options_.busy == on_busy::skip) {
+        ++skipped_;
+        return false;
+      }
+      done_cv_.wait(lock, [&] { return !pending_; });
+      rethrow_locked();
+    }
+    snapshot_.clear();
+    fill(snapshot_);
+    if (!options_.async) {
+      lock.unlock();
+      write_one(step);
+      return true;
+    }
+    step_ = step;
+    pending_ = true;
+    lock.unlock();
+    cv_.notify_all();
+    return true;
+  }
+
+  /// Throws the error of a failed background save, if any (once). Cheap: call it every step.
+  void check() {
+    std::lock_guard lock(mutex_);
+    rethrow_locked();
+  }
+  /// Waits until no save is in flight, then check().
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return !pending_; });
+    rethrow_locked();
+  }
+  /// Whether a background save is in flight.
+  [[nodiscard]] bool busy() const {
+    std::lock_guard lock(mutex_);
+    return pending_;
+  }
+  [[nodiscard]] std::size_t saves_skipped() const {
+    std::lock_guard lock(mutex_);
+    return skipped_;
+  }
+  [[nodiscard]] std::size_t saves_committed() const {
+    std::lock_guard lock(mutex_);
+    return committed_;
+  }
+  /// The newest checkpoint this writer committed.
+  [[nodiscard]] std::optional<std::filesystem::path> last_committed() const {
+    std::lock_guard lock(mutex_);
+    return last_;
+  }
+  /// The temporaries removed at construction.
+  [[nodiscard]] const std::vector<std::filesystem::path>& cleaned() const noexcept {
+    return cleaned_;
+  }
+  [[nodiscard]] const writer_options& options() const noexcept { return options_; }
+  /// The staging snapshot (its capacity shows the buffer is reused).
+  [[nodiscard]] const snapshot& staging() const noexcept { return snapshot_; }
+
+ private:
+  void rethrow_locked() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+  void write_one(std::uint64_t step) {
+    const std::filesystem::path p =
+        write_snapshot(options_.root, step, snapshot_,
+                       {.compression = options_.compression, .sync = options_.sync});
+    if (options_.retention) (void)apply_retention(options_.root, *options_.retention, step);
+    std::lock_guard lock(mutex_);
+    last_ = p;
+    ++committed_;
+  }
+
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || pending_; });
+      if (!pending_) return;  // stop_ and nothing to write
+      const std::uint64_t step = step_;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        write_one(step);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lock.lock();
+      if (err) error_ = err;
+      pending_ = false;
+      done_cv_.notify_all();
+    }
+  }
+
+  writer_options options_;
+  snapshot snapshot_;
+  std::vector<std::filesystem::path> cleaned_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  std::thread worker_;
+  bool stop_ = false;
+  bool pending_ = false;
+  std::uint64_t step_ = 0;
+  std::exception_ptr error_;
+  std::size_t skipped_ = 0;
+  std::size_t committed_ = 0;
+  std::optional<std::filesystem::path> last_;
+};
+
+}  // namespace checkpoint
+HONE_NAMESPACE_END

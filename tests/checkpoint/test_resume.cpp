@@ -1,0 +1,216 @@
+// Bitwise resume: training N+M steps straight equals training N, saving, building fresh model and
+// trainer objects, restoring, and training M more, bit for bit: master weights, optimizer moments,
+// step and loss scaler state (fp32 zero-copy, fp32 with separate storage, bf16_mixed, fp16_mixed
+// with a dynamic scaler that grows and backs off), with the sync and the async writer.
+#define BOOST_TEST_MODULE hone_checkpoint_resume
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <hone/checkpoint/trainer_checkpoint.hpp>
+#include <hone/checkpoint/writer.hpp>
+#include <hone/optim/clipping.hpp>
+#include <hone/schedule/one_cycle.hpp>
+#include <hone/train/trainer.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+namespace ck = hone::checkpoint;
+
+namespace {
+struct batch {
+  std::vector<float> x;  // rows * dim
+  std::vector<float> y;
+  std::size_t count() const { return y.size(); }
+};
+
+// A two-layer model (dim -> hidden, tanh, -> 1) with squared error, in working type T.
+template <class T>
+struct small_mlp {
+  std::size_t dim = 6, hidden = 5;
+  std::vector<T> w1, g1, b1, gb1, w2, g2;
+  explicit small_mlp(unsigned seed)
+      : w1(dim * hidden), g1(dim * hidden), b1(hidden), gb1(hidden), w2(hidden), g2(hidden) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> n(0, 0.5f);
+    for (auto& v : w1) v = T(n(rng));
+    for (auto& v : b1) v = T(0.01f);
+    for (auto& v : w2) v = T(n(rng));
+  }
+  std::vector<hone::parameter<T>> parameters() {
+    return {{"fc1.weight", {hidden, dim}, w1, g1},
+            {"fc1.bias", {hidden}, b1, gb1},
+            {"fc2.weight", {1, hidden}, w2, g2}};
+  }
+  float forward_backward(const batch& bt, float scale) {
+    std::vector<float> gw1(w1.size(), 0), gbb(hidden, 0), gw2(hidden, 0);
+    float loss = 0;
+    const std::size_t rows = bt.y.size();
+    const float inv = 1.0f / static_cast<float>(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::vector<float> h(hidden);
+      float pred = 0;
+      for (std::size_t j = 0; j < hidden; ++j) {
+        float a = static_cast<float>(b1[j]);
+        for (std::size_t c = 0; c < dim; ++c)
+          a += static_cast<float>(w1[j * dim + c]) * bt.x[r * dim + c];
+        h[j] = std::tanh(a);
+        pred += static_cast<float>(w2[j]) * h[j];
+      }
+      const float e = pred - bt.y[r];
+      loss += e * e * inv;
+      for (std::size_t j = 0; j < hidden; ++j) {
+        gw2[j] += 2 * e * h[j] * inv;
+        const float dh = 2 * e * static_cast<float>(w2[j]) * (1 - h[j] * h[j]) * inv;
+        gbb[j] += dh;
+        for (std::size_t c = 0; c < dim; ++c) gw1[j * dim + c] += dh * bt.x[r * dim + c];
+      }
+    }
+    for (std::size_t i = 0; i < w1.size(); ++i) g1[i] = T(gw1[i] * scale);
+    for (std::size_t j = 0; j < hidden; ++j) {
+      gb1[j] = T(gbb[j] * scale);
+      g2[j] = T(gw2[j] * scale);
+    }
+    return loss;
+  }
+};
+
+batch make_batch(std::uint64_t step) {
+  std::mt19937 rng(static_cast<unsigned>(1000 + step));
+  std::normal_distribution<float> n(0, 1);
+  batch b{std::vector<float>(16 * 6), std::vector<float>(16)};
+  for (auto& v : b.x) v = n(rng);
+  for (std::size_t r = 0; r < 16; ++r) b.y[r] = 0.7f * b.x[r * 6] - 0.3f * b.x[r * 6 + 3] + 0.1f;
+  return b;
+}
+
+template <class Precision>
+auto make_trainer(small_mlp<typename Precision::working_type>& m, Precision p) {
+  return hone::trainer(m, p, hone::adamw{.weight_decay = 0.01f},
+                       hone::clip_grad_norm{.max_norm = 1.0f},
+                       hone::one_cycle{.max_lr = 0.05, .total_steps = 200});
+}
+
+template <class Trainer>
+std::vector<std::uint32_t> state_bits(Trainer& t) {
+  std::vector<std::uint32_t> out;
+  const auto push = [&](std::span<const float> s) {
+    for (float f : s) {
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      out.push_back(u);
+    }
+  };
+  push(t.master_weights());
+  t.optimizer_state().for_each_tensor(
+      [&](std::string_view, const auto& a) { push(std::span<const float>(a.all())); });
+  return out;
+}
+
+template <class Precision>
+void check_resume(Precision p, bool async, std::uint64_t n, std::uint64_t extra) {
+  using T = typename Precision::working_type;
+  const fs::path root =
+      fs::temp_directory_path() / ("hone-test-resume-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+
+  // Straight: N + M steps.
+  small_mlp<T> ma(7);
+  auto ta = make_trainer(ma, p);
+  for (std::uint64_t s = 0; s < n + extra; ++s) (void)ta.step(make_batch(s));
+
+  // Interrupted: N steps, save, then everything is thrown away.
+  {
+    small_mlp<T> mb(7);
+    auto tb = make_trainer(mb, p);
+    for (std::uint64_t s = 0; s < n; ++s) (void)tb.step(make_batch(s));
+    ck::checkpoint_writer w({.root = root, .async = async});
+    const ck::shape_map shapes = ck::parameter_shapes(mb);
+    ck::training_state extra_state;
+    extra_state.data.set("next_batch", n);
+    BOOST_TEST(w.save(tb.steps_done(), [&](ck::snapshot& s) {
+      ck::capture(tb, s, extra_state, {.shapes = &shapes});
+    }));
+    // The trainer moves on while the background write runs: the snapshot is a copy.
+    for (int i = 0; i < 3; ++i) (void)tb.step(make_batch(999 + static_cast<std::uint64_t>(i)));
+    w.wait();
+  }
+
+  // Resumed: fresh objects (another seed: everything must come from the checkpoint).
+  small_mlp<T> mc(12345);
+  auto tc = make_trainer(mc, p);
+  const auto c = ck::newest_valid(root);
+  BOOST_REQUIRE(c.has_value());
+  const ck::training_state st = ck::restore(tc, c->path);
+  BOOST_TEST(st.step == tc.steps_done());
+  const std::uint64_t next = st.data.at("next_batch").as_u64();
+  // Skipped (overflowed) steps do not count: the data position is the caller's, not the step.
+  for (std::uint64_t s = next; s < n + extra; ++s) (void)tc.step(make_batch(s));
+
+  BOOST_TEST(tc.steps_done() == ta.steps_done());
+  BOOST_TEST((state_bits(tc) == state_bits(ta)));
+  const hone::loss_scale_state sa = ta.scaler().state(), sc = tc.scaler().state();
+  BOOST_TEST(sa.scale == sc.scale);
+  BOOST_TEST(sa.growth_tracker == sc.growth_tracker);
+  BOOST_TEST(sa.hysteresis_tracker == sc.hysteresis_tracker);
+  BOOST_TEST(sa.skipped_steps == sc.skipped_steps);
+  // The model's working weights match too.
+  for (std::size_t i = 0; i < ma.w1.size(); ++i) {
+    BOOST_TEST(std::memcmp(&ma.w1[i], &mc.w1[i], sizeof(T)) == 0);
+  }
+  // The saved tensors carry the model's shapes.
+  const auto f = ck::tensor_file::open(c->path / ck::files::weights);
+  BOOST_TEST((f.at("fc1.weight").shape == ck::shape_type{5, 6}));
+  BOOST_TEST((f.at("fc1.weight").type == ck::dtype::f32));
+  const auto o = ck::tensor_file::open(c->path / ck::files::optimizer);
+  BOOST_TEST((o.at("exp_avg_sq.fc2.weight").shape == ck::shape_type{1, 5}));
+  fs::remove_all(root);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(resume_fp32_is_bitwise) {
+  check_resume(hone::fp32{}, false, 20, 15);
+}
+BOOST_AUTO_TEST_CASE(resume_fp32_async_is_bitwise) {
+  check_resume(hone::fp32{}, true, 20, 15);
+}
+BOOST_AUTO_TEST_CASE(resume_bf16_mixed_is_bitwise) {
+  check_resume(hone::bf16_mixed{}, false, 25, 20);
+}
+BOOST_AUTO_TEST_CASE(resume_fp16_dynamic_scaler_is_bitwise) {
+  // A huge initial scale overflows fp16 gradients (skipped steps, backoff), and a short growth
+  // interval makes the scale grow again: the scaler's trackers are mid-flight at the save.
+  hone::fp16_mixed<> p{.scaler = {.init_scale = 1.0e6f, .growth_interval = 4}};
+  small_mlp<hone::half> probe(7);
+  auto tp = make_trainer(probe, p);
+  for (std::uint64_t s = 0; s < 30; ++s) (void)tp.step(make_batch(s));
+  BOOST_TEST(tp.scaler().state().skipped_steps > 0u);  // the scenario really backs off
+  check_resume(p, false, 23, 20);
+  check_resume(p, true, 9, 30);
+}
+
+BOOST_AUTO_TEST_CASE(weights_only_export) {
+  const fs::path root =
+      fs::temp_directory_path() / ("hone-test-weights-only-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  small_mlp<hone::bfloat16> m(3);
+  auto t = make_trainer(m, hone::bf16_mixed{});
+  for (std::uint64_t s = 0; s < 5; ++s) (void)t.step(make_batch(s));
+  ck::checkpoint_writer w({.root = root});
+  (void)w.save(5, [&](ck::snapshot& s) {
+    ck::capture(t, s, {}, {.content = ck::content_policy::weights_only});
+  });
+  const auto c = ck::newest_valid(root);
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(!fs::exists(c->path / ck::files::optimizer));
+  const auto f = ck::tensor_file::open(c->path / ck::files::weights);
+  BOOST_TEST((f.at("fc1.bias").type == ck::dtype::bf16));
+  // The exported bf16 weights are the model's working weights exactly.
+  const auto v = f.read_as<hone::bfloat16>("fc1.weight");
+  BOOST_TEST(std::memcmp(v.data(), m.w1.data(), v.size() * 2) == 0);
+  fs::remove_all(root);
+}
