@@ -9,6 +9,7 @@
 #include "hone/checkpoint/hash.hpp"
 #include "hone/checkpoint/json.hpp"
 #include "hone/checkpoint/manifest.hpp"
+#include "hone/checkpoint/policy.hpp"
 #include "hone/checkpoint/retention.hpp"
 #include "hone/checkpoint/safetensors.hpp"
 #include "hone/checkpoint/state.hpp"

@@ -63,6 +63,21 @@ struct step_report {
   std::uint64_t step = 0;   // applied updates after this step
 };
 
+/// Role checkpoint, the default: no checkpoints. A checkpoint policy names an `engine` type built
+/// from the policy; the trainer calls engine.before_step(trainer) at the start of every step (an
+/// async writer's background error surfaces there) and engine.after_step(trainer, report) after
+/// it. hone::checkpoint::every_n_steps (hone/checkpoint/policy.hpp) is the ready-made one.
+struct no_checkpoint {
+  using role = roles::checkpoint;
+  struct engine {
+    explicit engine(const no_checkpoint& /*policy*/) {}
+    template <class Trainer>
+    void before_step(Trainer& /*t*/) {}
+    template <class Trainer>
+    void after_step(Trainer& /*t*/, const step_report& /*r*/) {}
+  };
+};
+
 namespace detail {
 /// The policy used for a role the user left out.
 template <class T>
@@ -95,6 +110,11 @@ class trainer {
   using optimizer_type = pick<roles::optimizer, adamw, Policies...>;
   using clipping_type = pick<roles::clipping, no_clipping, Policies...>;
   using schedule_type = pick<roles::schedule, constant_lr, Policies...>;
+  using checkpoint_type = pick<roles::checkpoint, no_checkpoint, Policies...>;
+  static_assert(
+      role_count_v<roles::offload, Policies...> == 0,
+      "hone::trainer runs in host memory, so it has no offload role yet: use "
+      "hone::offload::engine directly (docs/offload.md) until the device trainer exists.");
 
   static_assert(precision_policy<precision_type>,
                 "hone::trainer: the precision policy must be hone::fp32, hone::bf16_mixed or "
@@ -131,7 +151,8 @@ class trainer {
         schedule_(detail::policy_object<schedule_type>(policies_)),
         scaler_(precision_.scaler),
         layout_(make_layout(model)),
-        state_(optimizer_, layout_) {
+        state_(optimizer_, layout_),
+        checkpoint_(detail::policy_object<checkpoint_type>(policies_)) {
     schedule_.validate();
     if constexpr (requires { clipping_.check(); }) clipping_.check();
     bind();
@@ -150,6 +171,7 @@ class trainer {
     static_assert(check_trainable<Model, Batch>());
     static_assert(accumulation_policy<accumulation_type, Batch>,
                   "hone::trainer: the accumulation policy cannot weight this batch type.");
+    checkpoint_.before_step(*this);
     const std::vector<float> weights = accumulation_.template weights<Batch>(micro_batches);
     step_report r;
     r.loss_scale = scaler_.scale();
@@ -179,6 +201,7 @@ class trainer {
       publish_weights();
     }
     r.step = step_;
+    checkpoint_.after_step(*this, r);
     return r;
   }
   template <class Batch>
@@ -198,6 +221,8 @@ class trainer {
   [[nodiscard]] const scaler_type& scaler() const noexcept { return scaler_; }
   [[nodiscard]] scaler_type& scaler() noexcept { return scaler_; }
   [[nodiscard]] const schedule_type& schedule() const noexcept { return schedule_; }
+  /// The checkpoint role's engine (e.g. to wait() for an async save before exiting).
+  [[nodiscard]] typename checkpoint_type::engine& checkpointer() noexcept { return checkpoint_; }
   /// Whether the master weights alias the model's weights (fp32 bound zero-copy).
   [[nodiscard]] bool zero_copy() const noexcept { return own_master_.all().empty(); }
   /// Restores the step counter (a checkpoint's); the schedule continues from there.
@@ -296,6 +321,7 @@ class trainer {
   tensor_lists<working_type, const float> weights_out_;
   std::vector<param_group> groups_;
   std::uint64_t step_ = 0;
+  typename checkpoint_type::engine checkpoint_;
 };
 
 template <class Model, class... Policies>
