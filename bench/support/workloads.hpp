@@ -52,4 +52,11 @@ inline std::vector<std::size_t> model_like_sizes(std::size_t total) {
 /// 64 Mi floats in a model-like mix: the multi_tensor_* workloads.
 inline constexpr std::size_t multi_tensor_total = std::size_t{64} << 20;
 
+/// The optimizer workloads of bench_optim (bench/optim.cpp) and bench_optim_gpu: model-like mixes
+/// of 1 Mi (5 tensors), 16 Mi (50 tensors: 8 and 4 Mi, then layers) and 64 Mi parameters (the
+/// 300 tensors of multi_tensor_total). Their names end in _1M, _16M, _64M.
+inline constexpr std::size_t optim_1M = std::size_t{1} << 20;
+inline constexpr std::size_t optim_16M = std::size_t{16} << 20;
+inline constexpr std::size_t optim_64M = std::size_t{64} << 20;
+
 }  // namespace hone_bench

@@ -71,28 +71,24 @@ HONE_HOST_DEVICE constexpr std::uint16_t float_to_half_bits(float f) noexcept {
   return static_cast<std::uint16_t>(sign | q);
 }
 
-/// Exact conversion of a binary16 bit pattern to float.
+/// Exact conversion of a binary16 bit pattern to float. Branch-free (integer masks), so loops
+/// converting arrays of halves vectorize (the fp16 unscale pass of hone/precision/unscale.hpp).
 HONE_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1fu;
-  std::uint32_t m = h & 0x03ffu;
-  if (e == 0x1fu) {
-    // Infinity or NaN; the payload moves to the top of float's mantissa (quiet bit included).
-    return detail::bits_to_float(sign | detail::float_exponent_mask | (m << 13));
-  }
-  if (e != 0u) {
-    return detail::bits_to_float(sign | ((e + 112u) << 23) | (m << 13));
-  }
-  if (m == 0u) {
-    return detail::bits_to_float(sign);
-  }
-  // Subnormal m * 2^-24: normalize so that bit 10 is the hidden bit of a float normal.
-  std::uint32_t exponent = 113u;  // float biased exponent of 2^-14
-  while ((m & 0x0400u) == 0u) {
-    m <<= 1;
-    --exponent;
-  }
-  return detail::bits_to_float(sign | (exponent << 23) | ((m & 0x03ffu) << 13));
+  const std::uint32_t m = h & 0x03ffu;
+  // Normal: rebias the exponent. Infinity or NaN: the payload moves to the top of float's
+  // mantissa (quiet bit included). Zero or subnormal: m * 2^-24, exact in float (m < 2^10 and
+  // the product is a normal float, so no flush-to-zero mode can touch it).
+  const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
+  const std::uint32_t special = detail::float_exponent_mask | (m << 13);
+  const std::uint32_t small = detail::float_to_bits(static_cast<float>(m) * 0x1p-24f);
+  // Masks, not ?: -- g++ 12 turns the selects into branches in loops it does not unroll.
+  const std::uint32_t is_special = 0u - static_cast<std::uint32_t>(e == 0x1fu);
+  const std::uint32_t is_small = 0u - static_cast<std::uint32_t>(e == 0u);
+  const std::uint32_t magnitude =
+      (special & is_special) | (small & is_small) | (normal & ~(is_special | is_small));
+  return detail::bits_to_float(sign | magnitude);
 }
 
 }  // namespace detail

@@ -1,0 +1,703 @@
+// bench/optim.cpp (bench_optim): the training core's CPU benchmarks: the optimizer steps, the
+// unscale pass, the whole optimizer step of an fp16 run and the trainer's overhead.
+//
+// Every workload runs on a model-like mix of tensor sizes (bench/support/workloads.hpp; 5 tensors
+// at 1 Mi parameters, 50 at 16 Mi, 300 at 64 Mi) laid out in hone arenas (one allocation per
+// array, each tensor at a 64-byte aligned offset), and reports the bytes it must move per
+// iteration, counted over the parameters (padding excluded), in bytes per parameter:
+//
+//   adamw_fp32_{1M,16M,64M}  AdamW step, fp32 master and grads: read p g m v, write p m v     28
+//   adamw_bf16grad_64M       the same with bf16 grads (2 bytes read)                            26
+//   unscale_check_64M        unscale + inf check, fp32 grads -> fp32 master grads
+//                            (unscale_accumulate_into, first micro-batch; sum of squares)        8
+//   unscale_check_fp16_64M   the same from fp16 working grads (hone's fp16 path): 2 + 4          6
+//   sgd_momentum_64M         SGD with momentum: read p g b, write p b                           20
+//   adamw8bit_64M            8-bit AdamW (block 256): p and g fp32, each moment one byte per
+//                            element plus the block absmax; slots under 4096 elements keep fp32
+//                            moments. Also reports its state bytes against fp32 AdamW's.       ~16
+//   full_step_64M            the whole optimizer step of an fp16 run: one read pass over the
+//                            grads for the global norm and the inf check (clip_grad_norm), then
+//                            AdamW with grad_scale = unscale * clip coefficient                 32
+//   trainer_overhead         hone::trainer (fp32, AdamW, clip_grad_norm) over a 16 Mi model
+//                            whose forward_backward copies precomputed gradients ("hone"),
+//                            and the same library calls written by hand ("hand")               44
+//
+// Each has a limit in the same run that moves the same bytes (bench/support/limit.hpp, plus the
+// mixed-width and read-only limits below), on the same oneTBB threads. docs/benchmarks.md
+// describes the torch peer (bench/peers/torch_optim.py) and the results.
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_reduce.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <hone/core/arena.hpp>
+#include <hone/core/bfloat16.hpp>
+#include <hone/core/buffer.hpp>
+#include <hone/core/half.hpp>
+#include <hone/core/multi_tensor.hpp>
+#include <hone/core/parallel.hpp>
+#include <hone/optim/adamw.hpp>
+#include <hone/optim/adamw_8bit.hpp>
+#include <hone/optim/clipping.hpp>
+#include <hone/optim/optimizer.hpp>
+#include <hone/optim/sgd.hpp>
+#include <hone/precision/unscale.hpp>
+#include <hone/schedule/constant.hpp>
+#include <hone/train/trainer.hpp>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/harness.hpp"
+#include "support/limit.hpp"
+#include "support/workloads.hpp"
+
+namespace {
+
+// ---- limits this program needs beyond limit.hpp -----------------------------------------------
+
+/// Arrays of a mixed-width limit: `Narrow` (1 or 2 byte) arrays only read or read and written in
+/// place, and 4-byte arrays only read, read and written in place, or only written.
+template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
+          std::size_t WWO>
+struct mixed_arrays {
+  std::array<const Narrow*, NRO> nro;
+  std::array<Narrow*, NRW> nrw;
+  std::array<const std::uint32_t*, WRO> wro;
+  std::array<std::uint32_t*, WRW> wrw;
+  std::array<std::uint32_t*, WWO> wwo;
+};
+
+// The element loop of limit.hpp's stream_range with two element widths: every loaded word (the
+// narrow ones zero-extended) is OR-ed into the value every output stores, one OR per word.
+template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
+          std::size_t WWO>
+[[gnu::noinline]] void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a,
+                                   std::uint32_t mask, std::size_t begin, std::size_t end) {
+  const auto nro = a.nro;
+  const auto nrw = a.nrw;
+  const auto wro = a.wro;
+  const auto wrw = a.wrw;
+  const auto wwo = a.wwo;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC ivdep
+#elif defined(__clang__)
+#pragma clang loop vectorize(assume_safety)
+#endif
+  for (std::size_t i = begin; i < end; ++i) {
+    std::uint32_t r = mask;
+    if constexpr (NRO > 0) {
+      for (std::size_t k = 0; k < NRO; ++k) r |= nro[k][i];
+    }
+    if constexpr (WRO > 0) {
+      for (std::size_t k = 0; k < WRO; ++k) r |= wro[k][i];
+    }
+    std::uint32_t all = r;
+    if constexpr (NRW > 0) {
+      for (std::size_t k = 0; k < NRW; ++k) {
+        const Narrow v = nrw[k][i];
+        all |= v;
+        nrw[k][i] = static_cast<Narrow>(v | r);
+      }
+    }
+    if constexpr (WRW > 0) {
+      for (std::size_t k = 0; k < WRW; ++k) {
+        const std::uint32_t v = wrw[k][i];
+        all |= v;
+        wrw[k][i] = v | r;
+      }
+    }
+    if constexpr (WWO > 0) {
+      for (std::size_t k = 0; k < WWO; ++k) wwo[k][i] = all;
+    }
+  }
+}
+
+/// hone_bench::stream_limit with two element widths, for workloads whose arrays differ in size
+/// (bf16 gradients next to fp32 weights, 8-bit moment codes): `NarrowRO` arrays of `Narrow` only
+/// read, `NarrowRW` read and written in place; `WideRO`, `WideRW`, `WideWO` arrays of 4-byte words
+/// likewise, plus only written. Each array has `n` elements; the narrow arrays share one
+/// allocation and the wide ones another. Same cut over oneTBB threads as stream_limit.
+template <class Narrow, std::size_t NarrowRO, std::size_t NarrowRW, std::size_t WideRO,
+          std::size_t WideRW, std::size_t WideWO = 0>
+class mixed_limit {
+  static_assert(sizeof(Narrow) == 1 || sizeof(Narrow) == 2, "narrow arrays hold 1 or 2 bytes");
+  static constexpr std::size_t narrow_arrays = NarrowRO + NarrowRW;
+  static constexpr std::size_t wide_arrays = WideRO + WideRW + WideWO;
+
+ public:
+  explicit mixed_limit(std::size_t n, hone_bench::limit_tuning tuning = {})
+      : n_(n), tuning_(tuning), narrow_(n * narrow_arrays), wide_(n * wide_arrays) {
+    Narrow* nb = narrow_.data();
+    std::uint32_t* wb = wide_.data();
+    for (std::size_t k = 0; k < NarrowRO; ++k) arrays_.nro[k] = nb + k * n;
+    for (std::size_t k = 0; k < NarrowRW; ++k) arrays_.nrw[k] = nb + (NarrowRO + k) * n;
+    for (std::size_t k = 0; k < WideRO; ++k) arrays_.wro[k] = wb + k * n;
+    for (std::size_t k = 0; k < WideRW; ++k) arrays_.wrw[k] = wb + (WideRO + k) * n;
+    for (std::size_t k = 0; k < WideWO; ++k) arrays_.wwo[k] = wb + (WideRO + WideRW + k) * n;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n * narrow_arrays, tuning_.grain),
+                      [nb](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i)
+                          nb[i] = static_cast<Narrow>(i * 2654435761u);
+                      });
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n * wide_arrays, tuning_.grain),
+                      [wb](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i)
+                          wb[i] = static_cast<std::uint32_t>(i * 2654435761u);
+                      });
+    run();
+  }
+
+  void run() {
+    const std::uint32_t mask = mask_;
+    const auto& a = arrays_;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n_, tuning_.grain),
+                      [&a, mask](const tbb::blocked_range<std::size_t>& r) {
+                        mixed_range(a, mask, r.begin(), r.end());
+                      });
+  }
+
+  [[nodiscard]] std::size_t bytes_per_pass() const noexcept {
+    return n_ * (sizeof(Narrow) * (NarrowRO + 2 * NarrowRW) + 4 * (WideRO + 2 * WideRW + WideWO));
+  }
+
+ private:
+  std::size_t n_;
+  hone_bench::limit_tuning tuning_;
+  hone::buffer<Narrow> narrow_;
+  hone::buffer<std::uint32_t> wide_;
+  mixed_arrays<Narrow, NarrowRO, NarrowRW, WideRO, WideRW, WideWO> arrays_{};
+  inline static volatile std::uint32_t mask_ = 0;
+};
+
+[[gnu::noinline]] std::uint32_t or_range(const std::uint32_t* p, std::size_t begin,
+                                         std::size_t end) {
+  std::uint32_t acc = 0;
+  for (std::size_t i = begin; i < end; ++i) acc |= p[i];
+  return acc;
+}
+
+/// The limit of a pass that only reads (a norm, an inf check): n 4-byte words OR-reduced over
+/// oneTBB threads, the result stored to a volatile, so no load can be dropped.
+class read_limit {
+ public:
+  explicit read_limit(std::size_t n, hone_bench::limit_tuning tuning = {})
+      : n_(n), tuning_(tuning), storage_(n) {
+    std::uint32_t* p = storage_.data();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, tuning_.grain),
+                      [p](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i)
+                          p[i] = static_cast<std::uint32_t>(i * 2654435761u);
+                      });
+    run();
+  }
+
+  void run() {
+    const std::uint32_t* p = storage_.data();
+    sink_ = tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, n_, tuning_.grain), std::uint32_t{0},
+        [p](const tbb::blocked_range<std::size_t>& r, std::uint32_t acc) {
+          return acc | or_range(p, r.begin(), r.end());
+        },
+        std::bit_or<std::uint32_t>{});
+  }
+
+  [[nodiscard]] std::size_t bytes_per_pass() const noexcept { return n_ * 4; }
+
+ private:
+  std::size_t n_;
+  hone_bench::limit_tuning tuning_;
+  hone::buffer<std::uint32_t> storage_;
+  inline static volatile std::uint32_t sink_ = 0;
+};
+
+// ---- data -------------------------------------------------------------------------------------
+
+const std::vector<std::size_t>& mix(std::size_t total) {
+  static const auto m1 = hone_bench::model_like_sizes(hone_bench::optim_1M);
+  static const auto m16 = hone_bench::model_like_sizes(hone_bench::optim_16M);
+  static const auto m64 = hone_bench::model_like_sizes(hone_bench::optim_64M);
+  return total == hone_bench::optim_1M ? m1 : total == hone_bench::optim_16M ? m16 : m64;
+}
+
+hone::arena_layout make_layout(const std::vector<std::size_t>& sizes) {
+  hone::arena_layout layout(sizeof(float));
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string name = std::to_string(i);  // not "t" + ...: g++ 12's -Wrestrict false positive
+    layout.add(name.insert(0, 1, 't'), sizes[i]);
+  }
+  return layout;
+}
+
+/// Fills p[0, n) with base + (i % 1024) / 1024 (the values of bench_core's tensors) on the oneTBB
+/// workers.
+template <class T>
+void fill(T* p, std::size_t n, float base) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 16),
+                    [p, base](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        p[i] = T(base + static_cast<float>(i % 1024) * (1.0f / 1024.0f));
+                      }
+                    });
+}
+
+/// fp32 master weights and gradients in arenas laid out for one mix, and its fp32 AdamW state
+/// (shared by adamw_fp32_64M and full_step_64M, which run on the same tensors).
+struct model_data {
+  std::vector<std::size_t> sizes;
+  hone::arena_layout layout;
+  std::size_t params = 0;  // elements of the tensors, padding excluded
+  hone::arena<float> master;
+  hone::arena<float> grad;
+  hone::adamw policy{};
+  hone::optimizer_state_t<hone::adamw> adamw;
+  std::uint64_t adamw_steps = 0;
+
+  explicit model_data(std::size_t total)
+      : sizes(mix(total)),
+        layout(make_layout(sizes)),
+        master(layout),
+        grad(layout),
+        adamw(policy, layout) {
+    for (std::size_t n : sizes) params += n;
+    fill(master.all().data(), layout.total(), 0.5f);
+    fill(grad.all().data(), layout.total(), 0.25f);
+  }
+  float* p() { return master.all().data(); }
+  const float* g() const { return grad.all().data(); }
+};
+
+model_data& data(std::size_t total) {
+  if (total == hone_bench::optim_1M) {
+    static model_data d(total);
+    return d;
+  }
+  if (total == hone_bench::optim_16M) {
+    static model_data d(total);
+    return d;
+  }
+  static model_data d(hone_bench::optim_64M);
+  return d;
+}
+
+template <class Limit, std::size_t Total>
+Limit& limit_of() {
+  static Limit limit(data(Total).params);
+  return limit;
+}
+
+/// Runs `step` once untimed, then once per iteration; reports bytes and threads.
+template <class Step>
+void run_timed(benchmark::State& state, std::size_t bytes, Step&& step) {
+  step();  // warm-up: caches, TLB, oneTBB workers awake
+  for (auto _ : state) {
+    step();
+    benchmark::ClobberMemory();
+  }
+  hone_bench::report_bytes(state, bytes);
+  hone_bench::report_threads(state);
+}
+
+constexpr float lr = 1e-3f;
+
+// ---- adamw_fp32_{1M,16M,64M}, adamw_bf16grad_64M ----------------------------------------------
+
+void adamw_fp32_hone(benchmark::State& state, std::size_t total) {
+  auto& d = data(total);
+  run_timed(state, d.params * 28,
+            [&] { d.adamw.step(d.policy, {.step = ++d.adamw_steps, .lr = lr}, d.p(), d.g()); });
+}
+
+template <std::size_t Total>
+void adamw_fp32_limit(benchmark::State& state) {
+  auto& limit = limit_of<hone_bench::limit<4, 3>, Total>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+/// bf16 gradients at the offsets of the fp32 layout (the step indexes both by the same slot
+/// offsets) and an AdamW state of its own, on the 64 Mi master weights.
+struct bf16_grads {
+  hone::buffer<hone::bfloat16> grad;
+  hone::optimizer_state_t<hone::adamw> adamw;
+  std::uint64_t steps = 0;
+  explicit bf16_grads(model_data& d) : grad(d.layout.total()), adamw(d.policy, d.layout) {
+    fill(grad.data(), grad.size(), 0.25f);
+  }
+};
+
+void adamw_bf16grad_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  static bf16_grads b(d);
+  run_timed(state, d.params * 26,
+            [&] { b.adamw.step(d.policy, {.step = ++b.steps, .lr = lr}, d.p(), b.grad.data()); });
+}
+
+void adamw_bf16grad_limit(benchmark::State& state) {
+  // p, m, v: fp32 read and written; g: 2 bytes read.
+  auto& limit = limit_of<mixed_limit<std::uint16_t, 1, 0, 0, 3>, hone_bench::optim_64M>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+// ---- unscale_check_64M, unscale_check_fp16_64M ------------------------------------------------
+
+/// fp32 master gradients (the unscale pass's output) and fp16 working gradients for the 64 Mi mix.
+struct unscale_data {
+  hone::arena<float> master_grad;
+  hone::buffer<hone::half> half_grad;
+  hone::tensor_lists<float, const float> from_fp32;
+  hone::tensor_lists<float, const hone::half> from_fp16;
+  explicit unscale_data(model_data& d) : master_grad(d.layout), half_grad(d.layout.total()) {
+    fill(half_grad.data(), half_grad.size(), 0.25f);
+    for (std::size_t i = 0; i < d.layout.size(); ++i) {
+      const auto& s = d.layout[i];
+      from_fp32.add(s.count, master_grad.all().data() + s.offset, d.g() + s.offset);
+      from_fp16.add(s.count, master_grad.all().data() + s.offset, half_grad.data() + s.offset);
+    }
+  }
+};
+
+unscale_data& unscale_set() {
+  static unscale_data u(data(hone_bench::optim_64M));
+  return u;
+}
+
+/// The loss scale of iteration k: 2 and 1/2 in turn, as the torch peer's (which unscales its
+/// gradients in place, so they return to their values every second iteration).
+float loss_scale_of(std::uint64_t k) {
+  return (k & 1) ? 0.5f : 2.0f;
+}
+
+volatile double sink_norm = 0.0;
+
+void unscale_check_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  auto& u = unscale_set();
+  std::uint64_t k = 0;
+  run_timed(state, d.params * 8, [&] {
+    const double sum_sq =
+        hone::unscale_accumulate_into(u.from_fp32, 1.0f / loss_scale_of(++k), false);
+    sink_norm = sum_sq;  // its finiteness is the inf check
+  });
+}
+
+void unscale_check_limit(benchmark::State& state) {
+  // grads: read; master grads: written.
+  auto& limit = limit_of<hone_bench::stream_limit<float, 1, 0, 1>, hone_bench::optim_64M>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+void unscale_check_fp16_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  auto& u = unscale_set();
+  std::uint64_t k = 0;
+  run_timed(state, d.params * 6, [&] {
+    sink_norm = hone::unscale_accumulate_into(u.from_fp16, 1.0f / loss_scale_of(++k), false);
+  });
+}
+
+void unscale_check_fp16_limit(benchmark::State& state) {
+  // fp16 grads: 2 bytes read; master grads: 4 bytes written.
+  auto& limit = limit_of<mixed_limit<std::uint16_t, 1, 0, 0, 0, 1>, hone_bench::optim_64M>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+// ---- sgd_momentum_64M -------------------------------------------------------------------------
+
+void sgd_momentum_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  static const hone::sgd policy{.momentum = 0.9f};
+  static hone::optimizer_state_t<hone::sgd> sgd(policy, d.layout);
+  static std::uint64_t steps = 0;
+  run_timed(state, d.params * 20,
+            [&] { sgd.step(policy, {.step = ++steps, .lr = lr}, d.p(), d.g()); });
+}
+
+void sgd_momentum_limit(benchmark::State& state) {
+  auto& limit = limit_of<hone_bench::limit<3, 2>, hone_bench::optim_64M>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+// ---- adamw8bit_64M ----------------------------------------------------------------------------
+
+struct adamw8_data {
+  hone::adamw_8bit policy{};
+  hone::optimizer_state_t<hone::adamw_8bit> state;
+  std::uint64_t steps = 0;
+  std::size_t bytes = 0;  // per step: p (rw), g (r), codes (rw), absmax (rw), fp32 moments (rw)
+  explicit adamw8_data(model_data& d) : state(policy, d.layout) {
+    for (std::size_t i = 0; i < d.layout.size(); ++i) {
+      const std::size_t n = d.layout[i].count;
+      if (state.quantized(i)) {
+        const std::size_t blocks = (n + policy.block - 1) / policy.block;
+        bytes += n * (12 + 2 * 2) + blocks * 2 * 8;
+      } else {
+        bytes += n * 28;
+      }
+    }
+  }
+};
+
+void adamw8bit_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  static adamw8_data a(d);
+  run_timed(state, a.bytes,
+            [&] { a.state.step(a.policy, {.step = ++a.steps, .lr = lr}, d.p(), d.g()); });
+  // Optimizer state memory against fp32 AdamW's on the same layout.
+  state.counters["state_bytes"] = static_cast<double>(a.state.bytes());
+  state.counters["fp32_state_bytes"] = static_cast<double>(d.adamw.bytes());
+  state.counters["state_ratio"] =
+      static_cast<double>(a.state.bytes()) / static_cast<double>(d.adamw.bytes());
+}
+
+void adamw8bit_limit(benchmark::State& state) {
+  // p: fp32 read and written; g: fp32 read; the two moment codes: 1 byte read and written: 16
+  // bytes per parameter. hone's row also counts the block absmax (16 bytes per 256 elements) and
+  // the fp32 moments of the small slots: 16.08 bytes per parameter on the 64 Mi mix.
+  auto& limit = limit_of<mixed_limit<std::uint8_t, 0, 2, 1, 1>, hone_bench::optim_64M>();
+  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+}
+
+// ---- full_step_64M ----------------------------------------------------------------------------
+
+// max_norm above the gradients' norm: the coefficient is 1. The torch peer's clip_grad_norm_
+// multiplies its gradients by the clamped coefficient anyway (the same traffic as an active clip);
+// an active clip would shrink its in-place gradients at every iteration into subnormals.
+constexpr float full_step_max_norm = 1e6f;
+
+void full_step_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  const hone::clip_grad_norm clip{.max_norm = full_step_max_norm};
+  std::uint64_t k = 0;
+  run_timed(state, d.params * 32, [&] {
+    const float unscale = 1.0f / loss_scale_of(++k);
+    // One read pass: total norm of grad * unscale and the inf/NaN check.
+    const hone::clip_result r = clip.clip(std::as_const(d.grad), unscale);
+    if (!r.nonfinite) {
+      // AdamW with the unscaling and the clip coefficient folded into its gradient scale.
+      d.adamw.step(d.policy,
+                   {.step = ++d.adamw_steps, .lr = lr, .grad_scale = unscale * r.coefficient},
+                   d.p(), d.g());
+    }
+  });
+}
+
+void full_step_limit(benchmark::State& state) {
+  static read_limit norm_pass(data(hone_bench::optim_64M).params);
+  auto& update = limit_of<hone_bench::limit<4, 3>, hone_bench::optim_64M>();
+  run_timed(state, norm_pass.bytes_per_pass() + update.bytes_per_pass(), [&] {
+    norm_pass.run();
+    update.run();
+  });
+}
+
+// ---- trainer_overhead -------------------------------------------------------------------------
+
+constexpr std::size_t trainer_total = hone_bench::optim_16M;
+
+struct no_batch {};
+
+/// A model whose backward pass leaves precomputed gradients: forward_backward copies them from a
+/// fixed buffer into the gradient views. Weights and gradients live in arenas laid out like the
+/// trainer's, so the trainer uses the fp32 weights as its master weights in place (zero copy).
+struct fixed_grad_model {
+  hone::arena_layout layout;
+  hone::arena<float> weights;
+  hone::arena<float> grads;
+  hone::arena<float> fixed;
+  std::size_t params = 0;
+
+  explicit fixed_grad_model(const std::vector<std::size_t>& sizes)
+      : layout(make_layout(sizes)), weights(layout), grads(layout), fixed(layout) {
+    for (std::size_t n : sizes) params += n;
+    fill(weights.all().data(), layout.total(), 0.5f);
+    fill(fixed.all().data(), layout.total(), 0.25f);
+  }
+
+  std::vector<hone::parameter<float>> parameters() {
+    std::vector<hone::parameter<float>> ps;
+    ps.reserve(layout.size());
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      ps.push_back({layout[i].name, {layout[i].count}, weights.view(i), grads.view(i)});
+    }
+    return ps;
+  }
+
+  float forward_backward(const no_batch&, float /*loss_scale*/) {
+    struct copy {
+      void operator()(float& g, const float& f) const { g = f; }
+    };
+    hone::for_each(layout.total(), copy{}, grads.all().data(),
+                   static_cast<const float*>(fixed.all().data()));
+    return 1.0f;
+  }
+};
+
+fixed_grad_model& trainer_model() {
+  static fixed_grad_model m(mix(trainer_total));
+  return m;
+}
+
+constexpr float trainer_max_norm = 1.0f;
+
+using bench_trainer = hone::trainer<fixed_grad_model, hone::fp32, hone::adamw, hone::clip_grad_norm,
+                                    hone::constant_lr>;
+
+bench_trainer& the_trainer() {
+  static bench_trainer t(trainer_model(), hone::fp32{}, hone::adamw{},
+                         hone::clip_grad_norm{.max_norm = trainer_max_norm},
+                         hone::constant_lr{.base_lr = lr});
+  return t;
+}
+
+/// The trainer's step written by hand with the same library calls: forward_backward, the fused
+/// unscale pass (sum of squares), the clip coefficient from that sum, the loss scaler's decision,
+/// one AdamW pass with the coefficient as its gradient scale.
+struct hand_trainer {
+  fixed_grad_model* model;
+  hone::adamw policy{};
+  hone::clip_grad_norm clip{.max_norm = trainer_max_norm};
+  hone::static_loss_scaler scaler{};
+  hone::arena<float> master_grad;
+  hone::optimizer_state_t<hone::adamw> state;
+  hone::tensor_lists<float, const float> grads;
+  std::uint64_t steps = 0;
+
+  explicit hand_trainer(fixed_grad_model& m)
+      : model(&m), master_grad(m.layout), state(policy, m.layout) {
+    for (std::size_t i = 0; i < m.layout.size(); ++i) {
+      grads.add(m.layout[i].count, master_grad.view(i).data(), m.grads.view(i).data());
+    }
+  }
+
+  void step() {
+    const float scale = scaler.scale();
+    (void)model->forward_backward(no_batch{}, scale);
+    const double sum_sq = hone::unscale_accumulate_into(grads, 1.0f / scale, false);
+    const bool found_inf = !std::isfinite(sum_sq);
+    if (scaler.update(found_inf)) {
+      const float coef = clip.finish(static_cast<float>(std::sqrt(sum_sq))).coefficient;
+      state.step(policy, {.step = ++steps, .lr = lr, .grad_scale = coef},
+                 model->weights.all().data(), master_grad.all().data());
+    }
+  }
+};
+
+hand_trainer& the_hand() {
+  static hand_trainer h(trainer_model());
+  return h;
+}
+
+/// The trainer's time over the hand-written step's, measured in adjacent pairs (order alternating)
+/// so that both halves of a pair see the same machine: the median of `pairs` ratios. On a shared
+/// machine the medians of the two separate rows move by more than the overhead asked for (3%).
+double paired_overhead(int pairs) {
+  auto& t = the_trainer();
+  auto& h = the_hand();
+  const no_batch b;
+  auto seconds = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto trainer_step = [&] { benchmark::DoNotOptimize(t.step(b)); };
+  auto hand_step = [&] { h.step(); };
+  std::vector<double> ratios;
+  for (int k = 0; k < pairs; ++k) {
+    double tt = 0.0, th = 0.0;
+    if (k % 2 == 0) {
+      tt = seconds(trainer_step);
+      th = seconds(hand_step);
+    } else {
+      th = seconds(hand_step);
+      tt = seconds(trainer_step);
+    }
+    ratios.push_back(tt / th);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const std::size_t n = ratios.size();
+  return n % 2 == 1 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+}
+
+void trainer_overhead_hone(benchmark::State& state) {
+  auto& m = trainer_model();
+  auto& t = the_trainer();
+  const no_batch b;
+  run_timed(state, m.params * 44, [&] { benchmark::DoNotOptimize(t.step(b)); });
+  state.counters["zero_copy"] = t.zero_copy() ? 1.0 : 0.0;
+  state.counters["paired_ratio"] = paired_overhead(16);
+}
+
+void trainer_overhead_hand(benchmark::State& state) {
+  auto& m = trainer_model();
+  auto& h = the_hand();
+  run_timed(state, m.params * 44, [&] { h.step(); });
+}
+
+void trainer_overhead_limit(benchmark::State& state) {
+  // The copy (read 4, write 4), the unscale pass (read 4, write 4), the AdamW pass (28).
+  auto& copy = limit_of<hone_bench::stream_limit<float, 1, 0, 1>, trainer_total>();
+  auto& update = limit_of<hone_bench::limit<4, 3>, trainer_total>();
+  run_timed(state, 2 * copy.bytes_per_pass() + update.bytes_per_pass(), [&] {
+    copy.run();
+    copy.run();
+    update.run();
+  });
+}
+
+// ---- registration -----------------------------------------------------------------------------
+
+bool register_benchmarks() {
+  using hone_bench::add;
+  add("adamw_fp32_1M", "hone",
+      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_1M); });
+  add("adamw_fp32_1M", "limit", adamw_fp32_limit<hone_bench::optim_1M>);
+  add("adamw_fp32_16M", "hone",
+      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_16M); });
+  add("adamw_fp32_16M", "limit", adamw_fp32_limit<hone_bench::optim_16M>);
+  add("adamw_fp32_64M", "hone",
+      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_64M); });
+  add("adamw_fp32_64M", "limit", adamw_fp32_limit<hone_bench::optim_64M>);
+  add("adamw_bf16grad_64M", "hone", adamw_bf16grad_hone);
+  add("adamw_bf16grad_64M", "limit", adamw_bf16grad_limit);
+  add("unscale_check_64M", "hone", unscale_check_hone);
+  add("unscale_check_64M", "limit", unscale_check_limit);
+  add("unscale_check_fp16_64M", "hone", unscale_check_fp16_hone);
+  add("unscale_check_fp16_64M", "limit", unscale_check_fp16_limit);
+  add("sgd_momentum_64M", "hone", sgd_momentum_hone);
+  add("sgd_momentum_64M", "limit", sgd_momentum_limit);
+  add("adamw8bit_64M", "hone", adamw8bit_hone);
+  add("adamw8bit_64M", "limit", adamw8bit_limit);
+  add("full_step_64M", "hone", full_step_hone);
+  add("full_step_64M", "limit", full_step_limit);
+  add("trainer_overhead", "hone", trainer_overhead_hone);
+  add("trainer_overhead", "hand", trainer_overhead_hand);
+  add("trainer_overhead", "limit", trainer_overhead_limit);
+  return true;
+}
+
+std::vector<hone_bench::workload_mix> mixes() {
+  std::vector<hone_bench::workload_mix> m;
+  auto sizes_of = [](std::size_t total) { return [total] { return mix(total); }; };
+  m.push_back({"adamw_fp32_1M", sizes_of(hone_bench::optim_1M)});
+  m.push_back({"adamw_fp32_16M", sizes_of(hone_bench::optim_16M)});
+  for (const char* w :
+       {"adamw_fp32_64M", "adamw_bf16grad_64M", "unscale_check_64M", "unscale_check_fp16_64M",
+        "sgd_momentum_64M", "adamw8bit_64M", "full_step_64M"}) {
+    m.push_back({w, sizes_of(hone_bench::optim_64M)});
+  }
+  m.push_back({"trainer_overhead", sizes_of(trainer_total)});
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return hone_bench::main(argc, argv, mixes(), register_benchmarks);
+}

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Peer: PyTorch's optimizer steps on the tensors of hone's bench_optim workloads (the same sizes,
+read from the hone benchmark program), in PyTorch's own fused implementations:
+
+  adamw_fp32_{1M,16M,64M}  torch.optim.AdamW(fused=True).step()
+  adamw_bf16grad_64M       fp32 parameters whose gradients arrive in bf16: torch's fused AdamW
+                           takes one dtype, so the bf16 gradients are copied into the fp32 .grad
+                           (torch._foreach_copy_), then the fused step
+  unscale_check_64M        torch._amp_foreach_non_finite_check_and_unscale_ on fp32 gradients
+                           (what GradScaler.unscale_ runs), in place
+  sgd_momentum_64M         torch.optim.SGD(momentum=0.9, fused=True).step()
+  full_step_64M            the sequence PyTorch users run for an fp16 step: scaler.unscale_(opt),
+                           clip_grad_norm_(params, max_norm), scaler.step(opt) (fused AdamW),
+                           scaler.update()
+
+Every row reports the bytes hone's row of the same workload reports (bytes_per_iter), so its GB/s
+compare as times do: "vs hone" is hone's time / torch's time. The in-place passes keep their data
+in range from one iteration to the next: the loss scale alternates between 2 and 1/2 (GradScaler's
+update(new_scale=...)), and full_step's max_norm (1e6) lies above the norm, so clip_grad_norm_
+multiplies by the clamped coefficient 1 (it multiplies whatever the coefficient), as in hone.
+
+Writes results in the results.json format (see bench/report.py); when torch cannot be imported it
+writes {"impl": "torch", "available": false, "note": ...} per workload and exits 0.
+
+Options: --sizes-dir DIR (files <workload>.txt, one size per line, as scripts/bench writes them
+with `bench_optim --hone_print_sizes=<workload>`), --threads (default: all CPUs, like oneTBB),
+--repetitions, --min-time (seconds per repetition), --device cpu|cuda (cuda names the workloads
+<workload>_cuda, as bench_optim_gpu does), --filter REGEX (on "<workload>/torch"), --out FILE.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LR = 1e-3
+WEIGHT_DECAY = 1e-2  # hone::adamw's default, as torch.optim.AdamW's
+MAX_NORM = 1e6       # bench/optim.cpp full_step_max_norm
+
+# workload: (bytes per element hone counts, description)
+WORKLOADS = {
+    "adamw_fp32_1M": (28, "AdamW step, fp32 params and grads: AdamW(fused=True).step()"),
+    "adamw_fp32_16M": (28, "AdamW step, fp32 params and grads: AdamW(fused=True).step()"),
+    "adamw_fp32_64M": (28, "AdamW step, fp32 params and grads: AdamW(fused=True).step()"),
+    "adamw_bf16grad_64M": (26, "bf16 grads copied into the fp32 .grad (_foreach_copy_), then "
+                               "AdamW(fused=True).step()"),
+    "unscale_check_64M": (8, "torch._amp_foreach_non_finite_check_and_unscale_ on fp32 grads, "
+                             "in place"),
+    "sgd_momentum_64M": (20, "SGD(momentum=0.9, fused=True).step()"),
+    "full_step_64M": (32, "scaler.unscale_(opt); clip_grad_norm_(params, max_norm); "
+                          "scaler.step(opt) (AdamW fused=True); scaler.update()"),
+}
+# The workloads bench_optim_gpu (bench/optim_gpu.cu) also runs, as <workload>_cuda.
+CUDA_WORKLOADS = ("adamw_fp32_1M", "adamw_fp32_16M", "adamw_fp32_64M", "sgd_momentum_64M",
+                  "full_step_64M")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_sizes(workload: str, sizes_dir: Path | None, suffix: str = "") -> list[int]:
+    if sizes_dir is not None:
+        for name in (workload + suffix, workload):  # the GPU program names it <workload>_cuda
+            path = sizes_dir / f"{name}.txt"
+            if path.exists():
+                return [int(line) for line in path.read_text().split()]
+    # Fall back to asking the benchmark program directly.
+    binary = ROOT / "build" / "bench" / "bench" / "bench_optim"
+    out = subprocess.run([str(binary), f"--hone_print_sizes={workload}"], check=True,
+                         capture_output=True, text=True).stdout
+    return [int(line) for line in out.split()]
+
+
+def unavailable(workloads: list[str], note: str, device: str) -> list[dict]:
+    suffix = "_cuda" if device == "cuda" else ""
+    return [{"name": w + suffix, "impl": "torch", "available": False, "note": note}
+            for w in workloads]
+
+
+def measure(fn, sync, min_time: float, repetitions: int) -> list[float]:
+    """Seconds per call, one value per repetition (each runs for at least min_time)."""
+    fn()  # warm-up (also creates the optimizer state)
+    sync()
+    # Calibrate the number of calls per repetition, as Google Benchmark does.
+    calls = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        dt = time.perf_counter() - t0
+        if dt >= min_time * 0.2 or calls >= 1 << 20:
+            break
+        calls *= 4
+    calls = max(1, int(calls * min_time / max(dt, 1e-9)))
+    per_call = []
+    for _ in range(repetitions):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per_call.append((time.perf_counter() - t0) / calls)
+    return per_call
+
+
+def filled(torch, n: int, base: float, dtype, dev):
+    """A tensor of n elements holding base + (i % 1024) / 1024, as hone's tensors."""
+    return (torch.arange(n, device=dev).remainder_(1024).to(torch.float32).mul_(1.0 / 1024)
+            .add_(base).to(dtype))
+
+
+def make_params(torch, sizes: list[int], dev):
+    params = []
+    for n in sizes:
+        p = torch.nn.Parameter(filled(torch, n, 0.5, torch.float32, dev))
+        p.grad = filled(torch, n, 0.25, torch.float32, dev)
+        params.append(p)
+    return params
+
+
+def workload_fn(torch, w: str, sizes: list[int], dev):
+    """The function one iteration calls, and the objects it keeps alive."""
+    params = make_params(torch, sizes, dev)
+    flip = [0]
+
+    def next_scale() -> float:
+        flip[0] ^= 1
+        return 2.0 if flip[0] else 0.5
+
+    if w.startswith("adamw_fp32_"):
+        opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+        return opt.step, (params, opt)
+    if w == "adamw_bf16grad_64M":
+        opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+        bf16 = [filled(torch, n, 0.25, torch.bfloat16, dev) for n in sizes]
+        grads = [p.grad for p in params]
+
+        def step():
+            torch._foreach_copy_(grads, bf16)
+            opt.step()
+        return step, (params, opt, bf16)
+    if w == "unscale_check_64M":
+        grads = [p.grad for p in params]
+        found_inf = torch.zeros(1, device=dev)
+        inv = {s: torch.full((1,), 1.0 / s, device=dev) for s in (2.0, 0.5)}
+
+        def step():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv[next_scale()])
+        return step, (params, found_inf, inv)
+    if w == "sgd_momentum_64M":
+        opt = torch.optim.SGD(params, lr=LR, momentum=0.9, fused=True)
+        return opt.step, (params, opt)
+    if w == "full_step_64M":
+        opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+        scaler = torch.amp.GradScaler(dev.type, init_scale=2.0)
+        scaler.scale(torch.ones((), device=dev))  # creates the scale (the loss's .backward() would)
+
+        def step():
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, MAX_NORM)
+            scaler.step(opt)
+            scaler.update(new_scale=next_scale())
+        return step, (params, opt, scaler)
+    raise ValueError(w)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes-dir", type=Path)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repetitions", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--filter", default=".")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    suffix = "_cuda" if args.device == "cuda" else ""
+    pattern = re.compile(args.filter)
+    workloads = [w for w in WORKLOADS if pattern.search(f"{w}{suffix}/torch")
+                 and (args.device == "cpu" or w in CUDA_WORKLOADS)]
+    results: list[dict] = []
+    try:
+        import torch  # noqa: PLC0415  (optional dependency)
+    except Exception as e:  # ImportError, or a broken install
+        results = unavailable(workloads, f"torch could not be imported: {e}", args.device)
+        torch = None
+    if torch is not None and args.device == "cuda" and not torch.cuda.is_available():
+        results = unavailable(workloads, "no CUDA device visible to torch", args.device)
+        torch = None
+
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+        dev = torch.device(args.device)
+        sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+        for w in workloads:
+            bytes_per_elem, what = WORKLOADS[w]
+            sizes = read_sizes(w, args.sizes_dir, suffix)
+            total = sum(sizes)
+            try:
+                fn, keep = workload_fn(torch, w, sizes, dev)
+                times = measure(fn, sync, args.min_time, args.repetitions)
+            except Exception as e:  # an op this torch build lacks (fused=True on CPU: >= 2.4)
+                results += [{"name": w + suffix, "impl": "torch", "available": False,
+                             "note": f"torch {torch.__version__}: {type(e).__name__}: {e}"}]
+                continue
+            t = statistics.median(times)
+            nbytes = total * bytes_per_elem
+            results.append({
+                "name": w + suffix, "impl": "torch", "metric": "throughput",
+                "value": nbytes / t / 1e9, "unit": "GB/s", "best": nbytes / min(times) / 1e9,
+                "time_ms": t * 1e3, "repetitions": len(times),
+                "samples_ms": [x * 1e3 for x in times], "bytes_per_iter": nbytes,
+                "threads": torch.get_num_threads(), "tensors": len(sizes),
+                "peer": f"torch {torch.__version__}", "what": what,
+            })
+            del fn, keep
+            gc.collect()
+
+    text = json.dumps(results, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
