@@ -14,7 +14,8 @@ results.json is a JSON list of objects, one per (workload, implementation):
    "fraction_of_limit": 0.97, "ratio_vs_hone": 1.0, ...}
 Google Benchmark names are "<workload>/<impl>" (Google Benchmark's own suffixes such as
 "/real_time" are dropped); a benchmark with a bytes_per_iter counter becomes a throughput in
-GB/s (1e9 bytes per second), one without becomes a time in ms. With repetitions (and rounds:
+GB/s (1e9 bytes per second), one without becomes a time in ms (in us when the benchmark uses
+->Unit(benchmark::kMicrosecond), or a peer record has "time_unit": "us"). With repetitions (and rounds:
 several files holding the same benchmark), the value is the median over all of them and "best"
 the best one; "samples_ms" keeps every repetition's time per iteration. Peers write the same
 objects, with samples_ms and bytes_per_iter (see bench/peers/); a peer that could not run writes
@@ -83,6 +84,8 @@ def load_gbench(path: Path) -> list[dict]:
             r["bytes_per_iter"] = int(reps[0]["bytes_per_iter"])
         if "threads" in reps[0]:
             r["threads"] = int(reps[0]["threads"])
+        if reps[0].get("time_unit") == "us":  # ->Unit(kMicrosecond): report times in us
+            r["time_unit"] = "us"
         for key in ("hone_compiler", "hone_gpu"):
             if key in context:
                 r[key[5:]] = context[key]
@@ -122,6 +125,8 @@ def combine(records: list[dict]) -> list[dict]:
             if r.get("bytes_per_iter"):
                 n = r["bytes_per_iter"]
                 r.update(metric="throughput", value=n / t / 1e9, unit="GB/s", best=n / fastest / 1e9)
+            elif r.get("time_unit") == "us":  # short calls (e.g. a replay buffer's sample)
+                r.update(metric="time", value=t * 1e6, unit="us", best=fastest * 1e6)
             else:
                 r.update(metric="time", value=t * 1e3, unit="ms", best=fastest * 1e3)
             r["time_ms"] = t * 1e3
