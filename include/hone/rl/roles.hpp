@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "hone/core/config.hpp"
+#include "hone/train/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -46,28 +47,16 @@ concept has_replay_role = requires {
    std::is_same_v<typename P::role, roles::replay_concurrency> ||
    std::is_same_v<typename P::role, roles::replay_returns>);
 
+// The role machinery is hone's general one (hone/train/roles.hpp): playing a role, counting the
+// policies of a role, and picking one with a default.
 template <class P, class Role>
-inline constexpr bool replay_plays_v = [] {
-  if constexpr (has_replay_role<P>) {
-    return std::is_same_v<typename P::role, Role>;
-  } else {
-    return false;
-  }
-}();
+inline constexpr bool replay_plays_v = plays_role_v<P, Role>;
 
 template <class Role, class... Policies>
-inline constexpr std::size_t replay_role_count_v = (std::size_t{0} + ... +
-                                                    (replay_plays_v<Policies, Role> ? 1 : 0));
+inline constexpr std::size_t replay_role_count_v = role_count_v<Role, Policies...>;
 
 template <class Role, class Default, class... Policies>
-struct replay_pick {
-  using type = Default;
-};
-template <class Role, class Default, class P, class... Rest>
-struct replay_pick<Role, Default, P, Rest...> {
-  using type = std::conditional_t<replay_plays_v<P, Role>, P,
-                                  typename replay_pick<Role, Default, Rest...>::type>;
-};
+using replay_pick = pick_impl<Role, Default, Policies...>;
 
 /// Index of the policy playing Role in the pack (sizeof...(Policies) when none does).
 template <class Role, class... Policies>
