@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <hone/offload/optimizer_to_host.hpp>
+#include <hone/optim/param_group.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/schedule/one_cycle.hpp>
 #include <hone/train/trainer.hpp>
 #include <limits>
 #include <random>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -307,4 +310,240 @@ BOOST_AUTO_TEST_CASE(global_norm_clipping_reports_and_applies) {
     const double moved = double(init.w[i]) - a.w[i];
     BOOST_TEST(moved == 0.1 * coef * ref.gw[i], boost::test_tools::tolerance(1e-3));
   }
+}
+
+// ---- the offload role (hone::offload::optimizer_to_host) ----
+// A host model's memory plays the device: the trainer runs its optimizer step through
+// hone::offload::engine with the host transport, exactly as it would for a CUDA model.
+namespace {
+namespace off = hone::offload;
+
+template <class Trainer>
+std::vector<std::vector<float>> state_tensors(Trainer& t) {
+  std::vector<std::vector<float>> out;
+  t.optimizer_state().for_each_tensor(
+      [&](std::string_view, const auto& a) { out.emplace_back(a.all().begin(), a.all().end()); });
+  return out;
+}
+
+bool same_reports(const hone::step_report& a, const hone::step_report& b) {
+  return std::memcmp(&a.loss, &b.loss, sizeof(float)) == 0 &&
+         std::memcmp(&a.grad_norm, &b.grad_norm, sizeof(double)) == 0 && a.lr == b.lr &&
+         a.loss_scale == b.loss_scale && a.skipped == b.skipped && a.step == b.step;
+}
+
+template <class T>
+std::vector<float> model_weights(const linear<T>& m) {
+  std::vector<float> v;
+  for (const auto& x : m.w) v.push_back(static_cast<float>(x));
+  v.push_back(static_cast<float>(m.b[0]));
+  return v;
+}
+
+/// Runs `steps` accumulated steps (two uneven micro-batches each) on a trainer with and one
+/// without the offload role (same other policies); an inf is injected at step `poison_at`.
+/// Everything must stay bit-identical: reports, master weights, moments, working weights.
+template <class T, class Precision, class Opt>
+void check_offload_parity(Precision prec, Opt opt, std::size_t bucket_bytes, int steps,
+                          int poison_at) {
+  BOOST_TEST_CONTEXT("bucket_bytes " << bucket_bytes << ", working size " << sizeof(T)) {
+    const std::size_t dim = 37;
+    linear<T> a(dim), b(dim);
+    const auto sched = hone::one_cycle{.max_lr = 0.02, .total_steps = 200};
+    hone::trainer plain(a, prec, opt, hone::accumulate::by_count{},
+                        hone::clip_grad_norm{.max_norm = 0.5f}, sched);
+    hone::trainer offl(b, off::optimizer_to_host{.bucket_bytes = bucket_bytes}, sched,
+                       hone::clip_grad_norm{.max_norm = 0.5f}, hone::accumulate::by_count{}, opt,
+                       prec);
+    static_assert(decltype(offl)::offloaded && !decltype(plain)::offloaded);
+    BOOST_TEST(!offl.zero_copy());
+    const std::size_t per = bucket_bytes / sizeof(float);
+    BOOST_TEST(offl.offload_engine().buckets().size() == (offl.layout().total() + per - 1) / per);
+    // No decay on the bias: param groups reach the engine.
+    const auto groups = hone::make_param_groups(plain.layout(), {{hone::is_no_decay_name, 1, 0}});
+    plain.set_param_groups(groups);
+    offl.set_param_groups(groups);
+    for (int s = 0; s < steps; ++s) {
+      const std::vector<batch> parts{make_batch(5, dim, static_cast<unsigned>(100 + 2 * s)),
+                                     make_batch(11, dim, static_cast<unsigned>(101 + 2 * s))};
+      const float poison = s == poison_at ? std::numeric_limits<float>::infinity() : 0.0f;
+      a.nan_in_grad = poison;
+      b.nan_in_grad = poison;
+      const auto ra = plain.step(std::span<const batch>(parts));
+      const auto rb = offl.step(std::span<const batch>(parts));
+      // fp16's dynamic scale also overflows by itself now and then (then backs off).
+      if (s == poison_at || !std::is_same_v<Precision, hone::fp16_mixed<>>) {
+        BOOST_TEST(ra.skipped == (s == poison_at));
+      }
+      BOOST_TEST(same_reports(ra, rb), "step " << s);
+      BOOST_TEST(same_bits(model_weights(a), model_weights(b)), "step " << s);
+    }
+    BOOST_TEST(same_bits(snapshot(plain.master_weights()), snapshot(offl.master_weights())));
+    BOOST_TEST(same_bits(snapshot(plain.master_gradients()), snapshot(offl.master_gradients())));
+    const auto sa = state_tensors(plain);
+    const auto sb = state_tensors(offl);
+    BOOST_TEST(sa.size() == sb.size());
+    for (std::size_t i = 0; i < sa.size() && i < sb.size(); ++i) {
+      BOOST_TEST(same_bits(sa[i], sb[i]), "state tensor " << i);
+    }
+    BOOST_TEST(plain.steps_done() == offl.steps_done());
+    BOOST_TEST((offl.scaler().state() == plain.scaler().state()));
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(offload_immediate_is_bit_identical_to_the_plain_trainer) {
+  // Buckets of 3 floats cut inside every tensor; 64 floats: a few buckets; 1 MiB: one bucket.
+  for (std::size_t bytes : {std::size_t{12}, std::size_t{256}, std::size_t{1} << 20}) {
+    check_offload_parity<float>(hone::fp32{}, hone::adamw{.weight_decay = 0.1f}, bytes, 40, 17);
+    check_offload_parity<hone::bfloat16>(hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.1f},
+                                         bytes, 40, 23);
+  }
+  check_offload_parity<float>(hone::fp32{}, hone::sgd{.momentum = 0.9f, .nesterov = true}, 20, 30,
+                              5);
+  check_offload_parity<hone::half>(
+      hone::fp16_mixed<>{.scaler = {.init_scale = 256, .growth_interval = 3}},
+      hone::adamw{.amsgrad = true}, 40, 30, 11);
+}
+
+BOOST_AUTO_TEST_CASE(offload_of_a_model_bound_to_one_arena_publishes_in_place) {
+  // fp32 tensors laid out like the arena: the engine publishes straight into them.
+  const std::size_t dim = 9;
+  bound_linear a(dim), b(dim);
+  hone::trainer plain(a, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer offl(b, hone::adamw{}, hone::constant_lr{.base_lr = 0.01},
+                     off::optimizer_to_host{.bucket_bytes = 16});
+  BOOST_TEST(plain.zero_copy());
+  BOOST_TEST(!offl.zero_copy());
+  BOOST_TEST(offl.master_weights().data() != b.values.all().data());
+  for (int s = 0; s < 12; ++s) {
+    const batch bt = make_batch(8, dim, static_cast<unsigned>(300 + s));
+    BOOST_TEST(same_reports(plain.step(bt), offl.step(bt)));
+    BOOST_TEST(same_bits(snapshot(a.values.all()), snapshot(b.values.all())));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(offload_delayed_follows_the_one_step_delayed_recursion) {
+  // Reference, written from the documented recursion (docs/offload.md) with the plain host
+  // optimizer: the forward/backward of step k sees the weights the "device" holds; an applied
+  // step first publishes the previous update (if any), then computes its own on the host; a
+  // skipped step only publishes the pending update.
+  const std::size_t dim = 13;
+  const int steps = 25, poison_at = 9;
+  const double lr = 0.02;
+  hone::adamw opt{.weight_decay = 0.05f};
+  linear<float> model(dim);
+  hone::trainer t(model, opt, hone::constant_lr{.base_lr = lr},
+                  off::optimizer_to_host{.bucket_bytes = 20, .delayed_update = true});
+
+  const hone::arena_layout& l = t.layout();
+  hone::optimizer_state_t<hone::adamw> ref_state(opt, l);
+  std::vector<float> master(l.total(), 0.0f), grad(l.total(), 0.0f);
+  linear<float> ref(dim);  // its weights are what the reference "device" holds
+  for (std::size_t i = 0; i < dim; ++i) master[l[0].offset + i] = ref.w[i];
+  master[l[1].offset] = ref.b[0];
+  std::vector<float> pending;  // the reference's pending update (empty: none)
+  auto publish = [&](const std::vector<float>& m) {
+    for (std::size_t i = 0; i < dim; ++i) ref.w[i] = m[l[0].offset + i];
+    ref.b[0] = m[l[1].offset];
+  };
+  std::uint64_t applied = 0;
+  for (int k = 0; k < steps; ++k) {
+    const batch bt = make_batch(7, dim, static_cast<unsigned>(500 + k));
+    const bool poison = k == poison_at;
+    model.nan_in_grad = poison ? std::numeric_limits<float>::infinity() : 0.0f;
+    // reference step
+    const float ref_loss = ref.forward_backward(bt, 1.0f);
+    if (poison) {
+      if (!pending.empty()) publish(pending);
+      pending.clear();
+    } else {
+      for (std::size_t i = 0; i < dim; ++i) grad[l[0].offset + i] = ref.gw[i];
+      grad[l[1].offset] = ref.gb[0];
+      if (!pending.empty()) publish(pending);
+      ++applied;
+      ref_state.step(opt, {.step = applied, .lr = static_cast<float>(lr), .grad_scale = 1.0f},
+                     master.data(), grad.data());
+      pending = master;
+    }
+    // trainer step
+    const auto r = t.step(bt);
+    BOOST_TEST(r.skipped == poison);
+    BOOST_TEST(r.step == applied);
+    BOOST_TEST(std::memcmp(&r.loss, &ref_loss, sizeof(float)) == 0, "step " << k);
+    BOOST_TEST(same_bits(model_weights(model), model_weights(ref)), "step " << k);
+    BOOST_TEST(t.offload_engine().pending() == !poison);
+  }
+  // master_weights() waits for the host step; the model keeps the delayed weights until flush.
+  BOOST_TEST(same_bits(snapshot(t.master_weights()), master));
+  BOOST_TEST(same_bits(snapshot(t.optimizer_state().exp_avg().all()),
+                       snapshot(ref_state.exp_avg().all())));
+  BOOST_TEST(same_bits(snapshot(t.optimizer_state().exp_avg_sq().all()),
+                       snapshot(ref_state.exp_avg_sq().all())));
+  {
+    linear<float> newest(dim);  // the model still holds the weights before the last update
+    const auto before_flush = model_weights(model);
+    std::swap(newest, ref);
+    publish(master);
+    BOOST_TEST(!same_bits(before_flush, model_weights(ref)));
+    std::swap(newest, ref);
+  }
+  t.flush();
+  publish(master);
+  BOOST_TEST(same_bits(model_weights(model), model_weights(ref)));
+  BOOST_TEST(!t.offload_engine().pending());
+}
+
+BOOST_AUTO_TEST_CASE(offload_skipped_step_leaves_everything_bit_identical) {
+  const std::size_t dim = 8;
+  for (bool delayed : {false, true}) {
+    BOOST_TEST_CONTEXT("delayed " << delayed) {
+      linear<hone::half> model(dim);
+      hone::trainer t(model, hone::fp16_mixed<>{.scaler = {.init_scale = 1024}}, hone::adamw{},
+                      off::optimizer_to_host{.bucket_bytes = 8, .delayed_update = delayed});
+      const batch bt = make_batch(16, dim, 21);
+      BOOST_TEST(!t.step(bt).skipped);
+      t.flush();  // delayed: no pending update before the snapshot
+      const auto weights = snapshot(t.master_weights());
+      const auto model_w = model_weights(model);
+      const auto moments = state_tensors(t);
+      model.nan_in_grad = std::numeric_limits<float>::quiet_NaN();
+      const auto r = t.step(bt);
+      BOOST_TEST(r.skipped);
+      BOOST_TEST(r.step == 1u);
+      BOOST_TEST(t.scaler().scale() == 512.0f);
+      BOOST_TEST(t.scaler().state().skipped_steps == 1u);
+      BOOST_TEST(same_bits(weights, snapshot(t.master_weights())));
+      BOOST_TEST(same_bits(model_w, model_weights(model)));
+      const auto after = state_tensors(t);
+      for (std::size_t i = 0; i < moments.size(); ++i) BOOST_TEST(same_bits(moments[i], after[i]));
+      model.nan_in_grad = 0;
+      BOOST_TEST(!t.step(bt).skipped);
+      BOOST_TEST(t.steps_done() == 2u);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(offload_restore_and_bad_configuration) {
+  const std::size_t dim = 6;
+  linear<hone::bfloat16> model(dim);
+  // A bucket must hold one fp32 gradient.
+  BOOST_CHECK_THROW(
+      hone::trainer(model, hone::bf16_mixed{}, off::optimizer_to_host{.bucket_bytes = 2}),
+      hone::config_error);
+  hone::trainer t(model, hone::bf16_mixed{}, hone::sgd{},
+                  off::optimizer_to_host{.bucket_bytes = 8});
+  const batch bt = make_batch(4, dim, 31);
+  t.step(bt);
+  // A checkpoint restore writes the master weights and publishes them into the model.
+  auto m = t.master_weights();
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = 0.25f * static_cast<float>(i % 7);
+  t.publish_weights();
+  for (std::size_t i = 0; i < dim; ++i) {
+    BOOST_TEST(model.w[i].bits() == hone::bfloat16(m[t.layout()[0].offset + i]).bits());
+  }
+  // The user changes the model: reload brings the change into the master weights.
+  model.b[0] = hone::bfloat16(3.5f);
+  t.reload_weights_from_model();
+  BOOST_TEST(t.master_weights()[t.layout()[1].offset] == 3.5f);
 }

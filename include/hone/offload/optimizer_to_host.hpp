@@ -179,6 +179,11 @@ class engine {
   /// state() are being written by the engine's worker thread: call flush() before reading them.
   [[nodiscard]] bool pending() const noexcept { return pending_; }
 
+  /// Delayed mode: waits for the pending host step without publishing it (master() and state()
+  /// may then be read or written; pending() stays true until flush or push_params). Rethrows an
+  /// error of the host step. Immediate mode: nothing to do.
+  void wait() { finish_job(); }
+
   /// Casts the master weights to W and copies them to `device_params` (waits for the copies).
   /// A pending delayed update is finished first.
   void push_params(W* device_params) {

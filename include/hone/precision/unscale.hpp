@@ -22,12 +22,23 @@ template <class G, bool Accumulate>
 struct unscale_accumulate {
   float factor;
   HONE_HOST_DEVICE double operator()(float& master, const G& g) const {
+#if defined(__CUDA_ARCH__)
+    // One rounding per operation, as on the host: no fused multiply-add contraction, so the
+    // device's master gradients are the host's bit for bit.
+    const float x = __fmul_rn(factor, static_cast<float>(g));
+    if constexpr (Accumulate) {
+      master = __fadd_rn(master, x);
+    } else {
+      master = x;
+    }
+#else
     const float x = factor * static_cast<float>(g);
     if constexpr (Accumulate) {
       master += x;
     } else {
       master = x;
     }
+#endif
     const auto m = static_cast<double>(master);
     return m * m;
   }
