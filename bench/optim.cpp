@@ -57,6 +57,7 @@
 
 #include "support/harness.hpp"
 #include "support/limit.hpp"
+#include "support/optim_data.hpp"
 #include "support/workloads.hpp"
 
 namespace {
@@ -220,20 +221,12 @@ class read_limit {
 
 // ---- data -------------------------------------------------------------------------------------
 
+// The tables of tensors bench_optim_gpu shares (bench/support/optim_data.hpp).
 const std::vector<std::size_t>& mix(std::size_t total) {
-  static const auto m1 = hone_bench::model_like_sizes(hone_bench::optim_1M);
-  static const auto m16 = hone_bench::model_like_sizes(hone_bench::optim_16M);
-  static const auto m64 = hone_bench::model_like_sizes(hone_bench::optim_64M);
-  return total == hone_bench::optim_1M ? m1 : total == hone_bench::optim_16M ? m16 : m64;
+  return hone_bench::optim_mix(total);
 }
-
 hone::arena_layout make_layout(const std::vector<std::size_t>& sizes) {
-  hone::arena_layout layout(sizeof(float));
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    std::string name = std::to_string(i);  // not "t" + ...: g++ 12's -Wrestrict false positive
-    layout.add(name.insert(0, 1, 't'), sizes[i]);
-  }
-  return layout;
+  return hone_bench::optim_layout(sizes);
 }
 
 /// Fills p[0, n) with base + (i % 1024) / 1024 (the values of bench_core's tensors) on the oneTBB
@@ -275,22 +268,12 @@ struct model_data {
 };
 
 model_data& data(std::size_t total) {
-  if (total == hone_bench::optim_1M) {
-    static model_data d(total);
-    return d;
-  }
-  if (total == hone_bench::optim_16M) {
-    static model_data d(total);
-    return d;
-  }
-  static model_data d(hone_bench::optim_64M);
-  return d;
+  return hone_bench::optim_model<model_data>(total);
 }
 
 template <class Limit, std::size_t Total>
 Limit& limit_of() {
-  static Limit limit(data(Total).params);
-  return limit;
+  return hone_bench::optim_limit<Limit, model_data, Total>();
 }
 
 /// Runs `step` once untimed, then once per iteration; reports bytes and threads.

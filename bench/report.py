@@ -17,9 +17,15 @@ Google Benchmark names are "<workload>/<impl>" (Google Benchmark's own suffixes 
 GB/s (1e9 bytes per second), one without becomes a time in ms (in us when the benchmark uses
 ->Unit(benchmark::kMicrosecond), or a peer record has "time_unit": "us"). With repetitions (and rounds:
 several files holding the same benchmark), the value is the median over all of them and "best"
-the best one; "samples_ms" keeps every repetition's time per iteration. Peers write the same
-objects, with samples_ms and bytes_per_iter (see bench/peers/); a peer that could not run writes
-{"name", "impl", "available": false, "note"}.
+the best one; "samples_ms" keeps every repetition's time per iteration. Every user counter of a
+Google Benchmark run (state.counters[...], e.g. bench_optim's "state_ratio") goes into the
+record's "counters" dict, the median over the repetitions (for "solved", a 0/1 outcome per
+repetition, the mean: the fraction solved); Google Benchmark's own fields are not counters. Peers write the same objects, with samples_ms and bytes_per_iter (see bench/peers/); a
+peer that could not run writes {"name", "impl", "available": false, "note"}.
+
+The table gets a "notes" column when a record holds one of NOTE_KEYS (in "counters", or at the
+top level of a peer's record, e.g. the DQN peer's "env_steps_to_solve" and "solved"): the
+figures the goals are stated in that a time or a throughput does not show.
 
 Standard library only.
 """
@@ -38,6 +44,26 @@ _GB_SUFFIX = re.compile(
     r"(min_time|min_warmup_time|iterations|repeats|threads):[0-9.e+-]+s?)$"
 )
 _TIME_SCALE = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# The fields Google Benchmark writes into every run of its JSON output; the other numeric fields
+# are the benchmark's user counters ("threads" is both: hone's counter overwrites the field).
+_GB_FIELDS = frozenset((
+    "name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
+    "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit",
+    "bytes_per_second", "items_per_second", "label", "error_occurred", "error_message", "skipped",
+    "skip_message", "aggregate_name", "aggregate_unit", "big_o", "rms", "complexity_n",
+    "allocs_per_iter", "max_bytes_used", "total_allocated_bytes", "net_heap_growth",
+    "memory_iterations"))
+# Counters whose repetitions are 0/1 outcomes (bench_dqn's "solved", one repetition per seed):
+# their mean, the fraction of repetitions that succeeded, stands for them instead of the median.
+_MEAN_COUNTERS = frozenset(("solved",))
+# Counters (or peer fields) shown in the table's notes column, in this order: the figures goals are
+# stated in. state_ratio: 8-bit AdamW's state bytes / fp32 AdamW's (bench_optim, adamw8bit_*);
+# paired_ratio: trainer step / hand-written step, measured in interleaved pairs (trainer_overhead);
+# compress_ratio: raw / stored checkpoint bytes (bench_checkpoint); frame_store_zstd_ratio and
+# frame_store_bytes_per_transition (bench_frames); env_steps_to_solve and solved (fraction of seeds)
+# of dqn_cartpole_time_to_solve.
+NOTE_KEYS = ("state_ratio", "paired_ratio", "compress_ratio", "frame_store_zstd_ratio",
+             "frame_store_bytes_per_transition", "env_steps_to_solve", "solved")
 
 
 def split_name(run_name: str) -> tuple[str, str]:
@@ -80,6 +106,14 @@ def load_gbench(path: Path) -> list[dict]:
         workload, impl = split_name(run_name)
         r: dict = {"name": workload, "impl": impl,
                    "samples_ms": [_seconds(x) * 1e3 for x in reps], "source": path.stem}
+        counters: dict[str, list[float]] = {}
+        for x in reps:
+            for key, value in x.items():
+                if key not in _GB_FIELDS and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    counters.setdefault(key, []).append(float(value))
+        if counters:
+            r["counter_samples"] = counters  # per repetition; combine() makes "counters"
         if reps[0].get("bytes_per_iter"):
             r["bytes_per_iter"] = int(reps[0]["bytes_per_iter"])
         if "threads" in reps[0]:
@@ -112,12 +146,22 @@ def combine(records: list[dict]) -> list[dict]:
             merged[key] = dict(r)
             if "samples_ms" in r:
                 merged[key]["samples_ms"] = list(r["samples_ms"])
+            if "counter_samples" in r:
+                merged[key]["counter_samples"] = {k: list(v)
+                                                  for k, v in r["counter_samples"].items()}
         elif "samples_ms" in r and "samples_ms" in merged[key]:
             merged[key]["samples_ms"] += r["samples_ms"]
+            pooled = merged[key].setdefault("counter_samples", {})
+            for k, v in r.get("counter_samples", {}).items():
+                pooled.setdefault(k, []).extend(v)
         elif merged[key].get("available", True) is False:
             merged[key] = dict(r)  # a later round that could run replaces an unavailable one
     results = []
     for r in merged.values():
+        counter_samples = r.pop("counter_samples", None)
+        if counter_samples:
+            r["counters"] = {k: statistics.fmean(v) if k in _MEAN_COUNTERS
+                             else statistics.median(v) for k, v in counter_samples.items()}
         samples = r.get("samples_ms")
         if samples:
             t = statistics.median(samples) * 1e-3
@@ -168,6 +212,23 @@ def add_ratios(results: list[dict]) -> None:
             r[key] = ratio if _higher_is_better(r) else 1.0 / ratio
 
 
+def _number(v: float) -> str:
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def note_text(r: dict) -> str:
+    """The NOTE_KEYS a record holds, "key=value" separated by spaces (counters first)."""
+    counters = r.get("counters", {})
+    out = []
+    for key in NOTE_KEYS:
+        value = counters.get(key, r.get(key))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append(f"{key}={_number(float(value))}")
+    return " ".join(out)
+
+
 def _impl_rank(impl: str) -> tuple[int, str]:
     return ({"limit": 0, "hone": 1}.get(impl, 2), impl)
 
@@ -178,9 +239,11 @@ def table(results: list[dict], markdown: bool = False) -> str:
     order = {}
     for r in results:
         order.setdefault(r["name"], len(order))
+    row_notes = [""]
     for r in sorted(results, key=lambda r: (order[r["name"]], _impl_rank(r["impl"]))):
         if not r.get("available", True):
             rows.append((r["name"], r["impl"], "unavailable", "", "", "", "", "", ""))
+            row_notes.append("")
             continue
         frac = r.get("fraction_of_limit")
         vs = r.get("ratio_vs_hone")
@@ -190,6 +253,10 @@ def table(results: list[dict], markdown: bool = False) -> str:
                      f"{frac:.1%}" if frac is not None else "",
                      f"{vs:.2f}x" if vs is not None else "",
                      str(r.get("threads", "")), str(r.get("repetitions", ""))))
+        row_notes.append(note_text(r))
+    if any(row_notes):  # the notes column only where a record has notes
+        row_notes[0] = "notes"
+        rows = [row + (n,) for row, n in zip(rows, row_notes)]
     notes = [f"  {r['impl']} ({r['name']}): {r['note']}" for r in results
              if not r.get("available", True) and r.get("note")]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -198,7 +265,7 @@ def table(results: list[dict], markdown: bool = False) -> str:
     def fmt(row):
         cells = [c.rjust(w) if i in right else c.ljust(w)
                  for i, (c, w) in enumerate(zip(row, widths))]
-        return ("| " + " | ".join(cells) + " |") if markdown else "  ".join(cells)
+        return ("| " + " | ".join(cells) + " |") if markdown else "  ".join(cells).rstrip()
 
     lines = [fmt(rows[0])]
     if markdown:

@@ -18,100 +18,34 @@ Options: --sizes-dir DIR (files <workload>.txt: capacity and batch size, one per
 scripts/bench writes them with `bench_rl --hone_print_sizes=<workload>`), --threads (ignored: one
 core), --repetitions, --min-time (seconds per repetition), --filter REGEX (on
 "<workload>/cpprb"), --out FILE.
+The workload loop is bench/peers/_common/per.py's, shared with the other prioritized-replay peer.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import re
-import statistics
 import sys
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import per  # noqa: E402
+
 IMPL = "cpprb"
-CAPACITIES = {"1M": 1 << 20, "16M": 1 << 24, "64M": 1 << 26}
-BATCH = 256
-KEY_POOL = 1024
-
-
-def workloads() -> list[str]:
-    return [f"{kind}_{BATCH}_{suffix}" for suffix in CAPACITIES for kind in ("per_sample",
-                                                                              "per_update")]
-
-
-def read_sizes(workload: str, sizes_dir: Path | None) -> tuple[int, int]:
-    if sizes_dir is not None and (sizes_dir / f"{workload}.txt").exists():
-        cap, batch = (int(x) for x in (sizes_dir / f"{workload}.txt").read_text().split()[:2])
-        return cap, batch
-    return CAPACITIES[workload.rsplit("_", 1)[1]], BATCH
-
-
-def measure(fn, min_time: float, repetitions: int) -> list[float]:
-    """Seconds per call, one value per repetition (each runs for at least min_time)."""
-    fn()  # warm-up
-    calls = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        dt = time.perf_counter() - t0
-        if dt >= min_time * 0.2 or calls >= 1 << 20:
-            break
-        calls *= 4
-    calls = max(1, int(calls * min_time / max(dt, 1e-9)))
-    per_call = []
-    for _ in range(repetitions):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - t0) / calls)
-    return per_call
-
-
-def record(name: str, times: list[float], what: str, peer: str) -> dict:
-    t = statistics.median(times)
-    return {"name": name, "impl": IMPL, "metric": "time", "value": t * 1e6, "unit": "us",
-            "time_unit": "us", "best": min(times) * 1e6, "time_ms": t * 1e3,
-            "repetitions": len(times), "samples_ms": [x * 1e3 for x in times], "threads": 1,
-            "peer": peer, "what": what}
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes-dir", type=Path)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repetitions", type=int, default=5)
-    ap.add_argument("--min-time", type=float, default=0.5)
-    ap.add_argument("--filter", default=".")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args(argv)
+    args = _common.parser(__doc__, threads=1).parse_args(argv)
 
-    pattern = re.compile(args.filter)
-    wanted = [w for w in workloads() if pattern.search(f"{w}/{IMPL}")]
+    wanted = _common.select(per.workloads(), IMPL, args.filter)
     results: list[dict] = []
     try:
         import cpprb  # noqa: PLC0415  (optional dependency)
         import numpy as np  # noqa: PLC0415
     except Exception as e:  # ImportError, or a broken install
-        results = [{"name": w, "impl": IMPL, "available": False,
-                    "note": f"cpprb could not be imported: {e}"} for w in wanted]
+        results = _common.unavailable(wanted, IMPL, f"cpprb could not be imported: {e}")
         cpprb = None
 
     if cpprb is not None:
-        version = getattr(cpprb, "__version__", None)
-        if version is None:
-            try:
-                from importlib.metadata import version as pkg_version  # noqa: PLC0415
-                version = pkg_version("cpprb")
-            except Exception:  # noqa: BLE001
-                version = "?"
-        peer = f"cpprb {version}: PrioritizedReplayBuffer (alpha 0.6, eps 1e-6)"
-        for suffix in CAPACITIES:
-            mine = [w for w in wanted if w.endswith("_" + suffix)]
-            if not mine:
-                continue
-            cap, batch = read_sizes(mine[0], args.sizes_dir)
+        def build(cap: int, batch: int):
             rng = np.random.default_rng(1)
             rb = cpprb.PrioritizedReplayBuffer(
                 cap, {"obs": {"shape": 4}, "act": {"dtype": np.int32}, "rew": {},
@@ -125,32 +59,19 @@ def main(argv: list[str]) -> int:
                        next_obs=rng.random((chunk, 4), dtype=np.float32),
                        terminated=np.zeros(chunk, np.bool_), truncated=np.zeros(chunk, np.bool_))
                 rb.update_priorities(np.arange(first, first + chunk), rng.random(chunk))
-            for w in mine:
-                if w.startswith("per_sample"):
-                    times = measure(lambda: rb.sample(batch, beta=0.4), args.min_time,
-                                    args.repetitions)
-                    what = "rb.sample(256, beta=0.4): indexes, weights, gathered fields"
-                else:
-                    idx = rng.integers(0, cap, (KEY_POOL, batch))
-                    pri = rng.random((KEY_POOL, batch))
-                    state = {"i": 0}
+            idx = rng.integers(0, cap, (per.KEY_POOL, batch))
+            pri = rng.random((per.KEY_POOL, batch))
+            return (lambda: rb.sample(batch, beta=0.4),
+                    lambda i: rb.update_priorities(idx[i], pri[i]))
 
-                    def update():
-                        i = state["i"] % KEY_POOL
-                        state["i"] += 1
-                        rb.update_priorities(idx[i], pri[i])
+        version = _common.package_version(cpprb, "cpprb")
+        results = per.run(
+            IMPL, wanted, args.sizes_dir, args.min_time, args.repetitions, build,
+            f"cpprb {version}: PrioritizedReplayBuffer (alpha 0.6, eps 1e-6)",
+            {"sample": "rb.sample(256, beta=0.4): indexes, weights, gathered fields",
+             "update": "rb.update_priorities(256 indexes, 256 values)"})
 
-                    times = measure(update, args.min_time, args.repetitions)
-                    what = "rb.update_priorities(256 indexes, 256 values)"
-                results.append(record(w, times, what, peer))
-            del rb
-
-    text = json.dumps(results, indent=2) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _common.write(results, args.out)
 
 
 if __name__ == "__main__":

@@ -29,16 +29,12 @@ with `bench_optim --hone_print_sizes=<workload>`), --threads (default: all CPUs,
 """
 from __future__ import annotations
 
-import argparse
 import gc
-import json
-import os
-import re
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 LR = 1e-3
 WEIGHT_DECAY = 1e-2  # hone::adamw's default, as torch.optim.AdamW's
@@ -60,52 +56,6 @@ WORKLOADS = {
 # The workloads bench_optim_gpu (bench/optim_gpu.cu) also runs, as <workload>_cuda.
 CUDA_WORKLOADS = ("adamw_fp32_1M", "adamw_fp32_16M", "adamw_fp32_64M", "sgd_momentum_64M",
                   "full_step_64M")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def read_sizes(workload: str, sizes_dir: Path | None, suffix: str = "") -> list[int]:
-    if sizes_dir is not None:
-        for name in (workload + suffix, workload):  # the GPU program names it <workload>_cuda
-            path = sizes_dir / f"{name}.txt"
-            if path.exists():
-                return [int(line) for line in path.read_text().split()]
-    # Fall back to asking the benchmark program directly.
-    binary = ROOT / "build" / "bench" / "bench" / "bench_optim"
-    out = subprocess.run([str(binary), f"--hone_print_sizes={workload}"], check=True,
-                         capture_output=True, text=True).stdout
-    return [int(line) for line in out.split()]
-
-
-def unavailable(workloads: list[str], note: str, device: str) -> list[dict]:
-    suffix = "_cuda" if device == "cuda" else ""
-    return [{"name": w + suffix, "impl": "torch", "available": False, "note": note}
-            for w in workloads]
-
-
-def measure(fn, sync, min_time: float, repetitions: int) -> list[float]:
-    """Seconds per call, one value per repetition (each runs for at least min_time)."""
-    fn()  # warm-up (also creates the optimizer state)
-    sync()
-    # Calibrate the number of calls per repetition, as Google Benchmark does.
-    calls = 1
-    while True:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        dt = time.perf_counter() - t0
-        if dt >= min_time * 0.2 or calls >= 1 << 20:
-            break
-        calls *= 4
-    calls = max(1, int(calls * min_time / max(dt, 1e-9)))
-    per_call = []
-    for _ in range(repetitions):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per_call.append((time.perf_counter() - t0) / calls)
-    return per_call
 
 
 def filled(torch, n: int, base: float, dtype, dev):
@@ -170,64 +120,33 @@ def workload_fn(torch, w: str, sizes: list[int], dev):
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes-dir", type=Path)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--repetitions", type=int, default=5)
-    ap.add_argument("--min-time", type=float, default=0.5)
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--filter", default=".")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args(argv)
+    args = _common.parser(__doc__, device=True).parse_args(argv)
 
     suffix = "_cuda" if args.device == "cuda" else ""
-    pattern = re.compile(args.filter)
-    workloads = [w for w in WORKLOADS if pattern.search(f"{w}{suffix}/torch")
-                 and (args.device == "cpu" or w in CUDA_WORKLOADS)]
-    results: list[dict] = []
-    try:
-        import torch  # noqa: PLC0415  (optional dependency)
-    except Exception as e:  # ImportError, or a broken install
-        results = unavailable(workloads, f"torch could not be imported: {e}", args.device)
-        torch = None
-    if torch is not None and args.device == "cuda" and not torch.cuda.is_available():
-        results = unavailable(workloads, "no CUDA device visible to torch", args.device)
-        torch = None
-
+    workloads = [w for w in _common.select(WORKLOADS, "torch", args.filter, suffix)
+                 if args.device == "cpu" or w in CUDA_WORKLOADS]
+    names = [w + suffix for w in workloads]
+    torch, results = _common.import_torch(names, "torch", args.device)
     if torch is not None:
-        torch.set_num_threads(args.threads)
-        dev = torch.device(args.device)
-        sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+        dev, sync = _common.torch_device(torch, args.threads, args.device)
         for w in workloads:
             bytes_per_elem, what = WORKLOADS[w]
-            sizes = read_sizes(w, args.sizes_dir, suffix)
+            sizes = _common.read_sizes(args.sizes_dir, w, "bench_optim", suffix)
             total = sum(sizes)
             try:
                 fn, keep = workload_fn(torch, w, sizes, dev)
-                times = measure(fn, sync, args.min_time, args.repetitions)
+                times = _common.measure(fn, args.min_time, args.repetitions, sync)
             except Exception as e:  # an op this torch build lacks (fused=True on CPU: >= 2.4)
-                results += [{"name": w + suffix, "impl": "torch", "available": False,
-                             "note": f"torch {torch.__version__}: {type(e).__name__}: {e}"}]
+                results += _common.unavailable(
+                    [w + suffix], "torch", f"torch {torch.__version__}: {type(e).__name__}: {e}")
                 continue
-            t = statistics.median(times)
-            nbytes = total * bytes_per_elem
-            results.append({
-                "name": w + suffix, "impl": "torch", "metric": "throughput",
-                "value": nbytes / t / 1e9, "unit": "GB/s", "best": nbytes / min(times) / 1e9,
-                "time_ms": t * 1e3, "repetitions": len(times),
-                "samples_ms": [x * 1e3 for x in times], "bytes_per_iter": nbytes,
-                "threads": torch.get_num_threads(), "tensors": len(sizes),
-                "peer": f"torch {torch.__version__}", "what": what,
-            })
+            results.append(_common.throughput(
+                w + suffix, "torch", times, total * bytes_per_elem, torch.get_num_threads(),
+                tensors=len(sizes), peer=f"torch {torch.__version__}", what=what))
             del fn, keep
             gc.collect()
 
-    text = json.dumps(results, indent=2) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _common.write(results, args.out)
 
 
 if __name__ == "__main__":

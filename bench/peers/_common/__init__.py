@@ -1,0 +1,203 @@
+"""What the peer scripts of bench/peers/ share: their command line, the tensor sizes of a
+workload, the timing loops, the result records and writing them.
+
+Not a peer itself: scripts/bench runs bench/peers/*.py, and this package lives in a folder. A peer
+imports it after putting its own folder on sys.path (so it runs as `python3 bench/peers/X.py` from
+anywhere, also under `python3 -P`):
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _common  # noqa: E402
+
+The records are those of results.json (see bench/report.py): a measured workload is
+{"name", "impl", "metric", "value", "unit", "best", "time_ms", "repetitions", "samples_ms", ...},
+one that could not run {"name", "impl", "available": false, "note"}.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository root (bench/peers/_common/ is three levels below it)."""
+
+
+def parser(doc: str | None, threads: int | None = None, device: bool = False
+           ) -> argparse.ArgumentParser:
+    """The options every peer takes (scripts/bench passes all of them to every peer; a peer
+    ignores those it does not use): --sizes-dir --threads --repetitions --min-time --filter --out,
+    and --device cpu|cuda where the peer has a GPU path. `threads` is --threads' default (None:
+    all CPUs, as oneTBB). A peer adds its own options to the parser it gets."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes-dir", type=Path)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() if threads is None else threads)
+    ap.add_argument("--repetitions", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.5)
+    if device:
+        ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--filter", default=".")
+    ap.add_argument("--out", type=Path)
+    return ap
+
+
+def select(workloads: Iterable[str], impl: str, pattern: str, suffix: str = "") -> list[str]:
+    """The workloads whose "<workload><suffix>/<impl>" matches the --filter regex."""
+    rx = re.compile(pattern)
+    return [w for w in workloads if rx.search(f"{w}{suffix}/{impl}")]
+
+
+def read_sizes(sizes_dir: Path | None, workload: str, program: str | None = None,
+               suffix: str = "") -> list[int] | None:
+    """The numbers of sizes_dir/<workload><suffix>.txt or sizes_dir/<workload>.txt (one per line,
+    as scripts/bench writes them with `<program> --hone_print_sizes=<workload>`); without such a
+    file, the output of build/bench/bench/<program> --hone_print_sizes=<workload>, or None when no
+    program is named."""
+    if sizes_dir is not None:
+        for name in dict.fromkeys((workload + suffix, workload)):  # the GPU programs add _cuda
+            path = sizes_dir / f"{name}.txt"
+            if path.exists():
+                return [int(line) for line in path.read_text().split()]
+    if program is None:
+        return None
+    binary = ROOT / "build" / "bench" / "bench" / program
+    out = subprocess.run([str(binary), f"--hone_print_sizes={workload}"], check=True,
+                         capture_output=True, text=True).stdout
+    return [int(line) for line in out.split()]
+
+
+def _no_sync() -> None:
+    pass
+
+
+def measure(fn: Callable[[], object], min_time: float, repetitions: int,
+            sync: Callable[[], object] = _no_sync) -> list[float]:
+    """Seconds per call of fn, one value per repetition; each repetition runs for at least
+    min_time, its number of calls calibrated first (as Google Benchmark does). One warm-up call;
+    sync() (e.g. torch.cuda.synchronize) runs before every clock read."""
+    fn()  # warm-up (creates lazily built state, e.g. an optimizer's)
+    sync()
+    calls = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        dt = time.perf_counter() - t0
+        if dt >= min_time * 0.2 or calls >= 1 << 20:
+            break
+        calls *= 4
+    calls = max(1, int(calls * min_time / max(dt, 1e-9)))
+    per_call = []
+    for _ in range(repetitions):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        per_call.append((time.perf_counter() - t0) / calls)
+    return per_call
+
+
+def measure_each(fn: Callable[[], object], before: Callable[[], object], min_time: float,
+                 repetitions: int) -> list[float]:
+    """Seconds per call of fn, one value per repetition, each call timed on its own with
+    before() run untimed ahead of it (for calls that need a reset, e.g. removing the file a
+    save writes); a repetition runs calls until min_time is spent. One warm-up call."""
+    before()
+    fn()  # warm-up
+    samples = []
+    for _ in range(repetitions):
+        total, calls = 0.0, 0
+        while total < min_time or calls == 0:
+            before()
+            t0 = time.perf_counter()
+            fn()
+            total += time.perf_counter() - t0
+            calls += 1
+        samples.append(total / calls)
+    return samples
+
+
+def unavailable(workloads: Iterable[str], impl: str, note: str) -> list[dict]:
+    """The records of workloads a peer could not run (its package is missing, no device)."""
+    return [{"name": w, "impl": impl, "available": False, "note": note} for w in workloads]
+
+
+def import_torch(names: list[str], impl: str, device: str = "cpu"):
+    """(torch, []) where torch imports (and, for device "cuda", sees a device); else
+    (None, unavailable records of names)."""
+    try:
+        import torch  # noqa: PLC0415  (optional dependency)
+    except Exception as e:  # ImportError, or a broken install
+        return None, unavailable(names, impl, f"torch could not be imported: {e}")
+    if device == "cuda" and not torch.cuda.is_available():
+        return None, unavailable(names, impl, "no CUDA device visible to torch")
+    return torch, []
+
+
+def torch_device(torch, threads: int, device: str = "cpu"):
+    """Sets torch's CPU threads; returns the torch.device and the function that waits for it
+    (torch.cuda.synchronize on a GPU, nothing on the CPU)."""
+    torch.set_num_threads(threads)
+    sync = torch.cuda.synchronize if device == "cuda" else _no_sync
+    return torch.device(device), sync
+
+
+def throughput(name: str, impl: str, seconds: list[float], nbytes: int, threads: int,
+               **extra) -> dict:
+    """A throughput record (GB/s, 1e9 bytes per second) of per-repetition seconds per call of a
+    call moving nbytes; extra fields (tensors, peer, what) follow."""
+    t = statistics.median(seconds)
+    return {"name": name, "impl": impl, "metric": "throughput", "value": nbytes / t / 1e9,
+            "unit": "GB/s", "best": nbytes / min(seconds) / 1e9, "time_ms": t * 1e3,
+            "repetitions": len(seconds), "samples_ms": [x * 1e3 for x in seconds],
+            "bytes_per_iter": nbytes, "threads": threads, **extra}
+
+
+def time_us(name: str, impl: str, seconds: list[float], threads: int, **extra) -> dict:
+    """A time record in microseconds ("time_unit": "us", for short calls) of per-repetition
+    seconds per call; extra fields (peer, what) follow."""
+    t = statistics.median(seconds)
+    return {"name": name, "impl": impl, "metric": "time", "value": t * 1e6, "unit": "us",
+            "time_unit": "us", "best": min(seconds) * 1e6, "time_ms": t * 1e3,
+            "repetitions": len(seconds), "samples_ms": [x * 1e3 for x in seconds],
+            "threads": threads, **extra}
+
+
+def time_ms(name: str, impl: str, seconds: list[float], threads: int, **extra) -> dict:
+    """A time record in milliseconds of per-repetition (or per-run) seconds; extra fields
+    follow."""
+    t = statistics.median(seconds)
+    return {"name": name, "impl": impl, "metric": "time", "value": t * 1e3, "unit": "ms",
+            "best": min(seconds) * 1e3, "time_ms": t * 1e3, "repetitions": len(seconds),
+            "samples_ms": [x * 1e3 for x in seconds], "threads": threads, **extra}
+
+
+def package_version(module, distribution: str) -> str:
+    """module.__version__, else the installed distribution's version, else "?"."""
+    version = getattr(module, "__version__", None)
+    if version is not None:
+        return str(version)
+    try:
+        from importlib.metadata import version as dist_version  # noqa: PLC0415
+        return dist_version(distribution)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def write(results: list[dict], out: Path | None) -> int:
+    """Writes the records as a JSON list to out (stdout without one); returns the exit status."""
+    text = json.dumps(results, indent=2) + "\n"
+    if out:
+        out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0

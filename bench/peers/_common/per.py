@@ -1,0 +1,67 @@
+"""The prioritized-replay peers' shared driver (bench/peers/cpprb_per.py,
+bench/peers/torchrl_per.py): hone's per_sample_256_* and per_update_256_* workloads of bench_rl
+(bench/rl.cpp) through a peer's buffer.
+
+  per_sample_256_<N>  one sample of 256 from a full buffer of N CartPole-sized transitions with
+                      random priorities (alpha 0.6, eps 1e-6, beta 0.4).
+  per_update_256_<N>  one priority update of 256 (index, value) pairs, indexes uniform over the
+                      buffer (KEY_POOL pre-drawn batches, cycled).
+N is 2^20, 2^24 and 2^26 (1M, 16M, 64M); one core. Microsecond records ("time_unit": "us").
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from . import measure, read_sizes, time_us
+
+CAPACITIES = {"1M": 1 << 20, "16M": 1 << 24, "64M": 1 << 26}
+BATCH = 256
+KEY_POOL = 1024
+
+
+def workloads() -> list[str]:
+    return [f"{kind}_{BATCH}_{suffix}" for suffix in CAPACITIES for kind in ("per_sample",
+                                                                              "per_update")]
+
+
+def capacity_and_batch(workload: str, sizes_dir: Path | None) -> tuple[int, int]:
+    """Capacity and batch size from sizes_dir/<workload>.txt (as `bench_rl
+    --hone_print_sizes=<workload>` prints them), else the defaults above."""
+    sizes = read_sizes(sizes_dir, workload)
+    if sizes is not None:
+        return sizes[0], sizes[1]
+    return CAPACITIES[workload.rsplit("_", 1)[1]], BATCH
+
+
+def _run_capacity(impl: str, mine: list[str], cap: int, batch: int, build: Callable,
+                  min_time: float, repetitions: int, peer: str, what: dict) -> list[dict]:
+    sample, update = build(cap, batch)
+    state = {"i": 0}
+
+    def next_update():
+        i = state["i"] % KEY_POOL
+        state["i"] += 1
+        update(i)
+
+    results = []
+    for w in mine:
+        kind = "sample" if w.startswith("per_sample") else "update"
+        times = measure(sample if kind == "sample" else next_update, min_time, repetitions)
+        results.append(time_us(w, impl, times, 1, peer=peer, what=what[kind]))
+    return results  # the buffer goes with this frame, before the next capacity's is built
+
+
+def run(impl: str, wanted: list[str], sizes_dir: Path | None, min_time: float,
+        repetitions: int, build: Callable, peer: str, what: dict) -> list[dict]:
+    """Records of the wanted workloads. build(cap, batch) fills a buffer of cap transitions with
+    random priorities and returns (sample(), update(i)): update(i) applies pre-drawn batch
+    i < KEY_POOL of indexes and priorities. what = {"sample": ..., "update": ...}."""
+    results: list[dict] = []
+    for suffix in CAPACITIES:
+        mine = [w for w in wanted if w.endswith("_" + suffix)]
+        if mine:
+            cap, batch = capacity_and_batch(mine[0], sizes_dir)
+            results += _run_capacity(impl, mine, cap, batch, build, min_time, repetitions, peer,
+                                     what)
+    return results
