@@ -39,6 +39,7 @@
 #include "hone/precision/loss_scale.hpp"
 #include "hone/precision/policies.hpp"
 #include "hone/precision/unscale.hpp"
+#include "hone/rl/actors.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/concurrency.hpp"
 #include "hone/rl/frame_store.hpp"

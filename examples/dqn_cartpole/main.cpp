@@ -1,0 +1,247 @@
+// dqn_cartpole: Double DQN with prioritized replay, 3-step returns, a target network and parallel
+// actors under a policy-lag bound, on CartPole-v1 (cartpole.hpp), with the rl-baselines3-zoo
+// hyperparameters (dqn.hpp). It trains until an evaluation (100 greedy episodes, fixed seeds, every
+// 2000 environment steps once learning has started) reaches a mean return of 475, or until
+// --max-steps, and prints the training time to solve (evaluations excluded) and the environment
+// steps. Writes DIR/metrics.csv (one row per evaluation), DIR/episodes.csv (one row per training
+// episode) and DIR/curves.png (training returns and evaluation means against environment steps).
+//
+// Exit status: 0 solved, 1 runtime error, 2 bad flags, 3 not solved within --max-steps.
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <hone/core/error.hpp>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "common/chart.hpp"
+#include "common/png.hpp"
+#include "common/progress.hpp"
+#include "dqn.hpp"
+
+namespace {
+
+struct options {
+  dqn_cartpole::dqn_config cfg;
+  std::filesystem::path out = "dqn_cartpole_out";
+};
+
+constexpr const char* usage_text =
+    "usage: dqn_cartpole [flags]\n"
+    "  --seed N            seed of the network, the actors and the replay sampling (default 0)\n"
+    "  --actors N          parallel actors, 1..256 (default 1; 1 is deterministic)\n"
+    "  --buffer-size N     replay capacity, 64..100000000 (default 100000)\n"
+    "  --max-steps N       give up after N environment steps (default 100000)\n"
+    "  --pull-every K      an actor looks for new parameters at most every K of its steps\n"
+    "                      (default 1)\n"
+    "  --policy-lag L      drop transitions acted with parameters more than L versions older\n"
+    "                      than the learner's (one version per training round; default 1)\n"
+    "  --out DIR           where metrics.csv, episodes.csv and curves.png go\n"
+    "                      (default dqn_cartpole_out)\n"
+    "  --help              print this text\n";
+
+[[noreturn]] void bad_flag(const std::string& why) {
+  std::fprintf(stderr, "dqn_cartpole: %s\nrun 'dqn_cartpole --help' for the list of flags\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::uint64_t parse_integer(std::string_view flag, std::string_view text, std::uint64_t lo,
+                            std::uint64_t hi) {
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi) {
+    bad_flag(std::string(flag) + " needs an integer in [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "], got '" + std::string(text) + "'");
+  }
+  return v;
+}
+
+options parse_flags(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
+    if (!flag.starts_with("--")) bad_flag("unexpected argument '" + std::string(flag) + "'");
+    static constexpr std::string_view known[] = {"--seed",      "--actors",     "--buffer-size",
+                                                 "--max-steps", "--pull-every", "--policy-lag",
+                                                 "--out"};
+    bool is_known = false;
+    for (auto k : known) is_known = is_known || k == flag;
+    if (!is_known) bad_flag("unknown flag '" + std::string(flag) + "'");
+    if (i + 1 >= argc) bad_flag("missing value after " + std::string(flag));
+    const std::string_view v = argv[++i];
+    constexpr std::uint64_t big = 1'000'000'000;
+    if (flag == "--seed") {
+      o.cfg.seed = parse_integer(flag, v, 0, std::numeric_limits<std::uint32_t>::max());
+    } else if (flag == "--actors") {
+      o.cfg.actors = parse_integer(flag, v, 1, 256);
+    } else if (flag == "--buffer-size") {
+      o.cfg.buffer_size = parse_integer(flag, v, 64, 100'000'000);
+    } else if (flag == "--max-steps") {
+      o.cfg.max_steps = parse_integer(flag, v, 1, big);
+    } else if (flag == "--pull-every") {
+      o.cfg.pull_every = parse_integer(flag, v, 1, big);
+    } else if (flag == "--policy-lag") {
+      o.cfg.max_lag = parse_integer(flag, v, 0, big);
+    } else if (flag == "--out") {
+      if (v.empty()) bad_flag("--out needs a directory name, got ''");
+      o.out = std::string(v);
+    }
+  }
+  return o;
+}
+
+std::string format(const char* f, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  hone_examples::write_file_atomically(
+      path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+void write_outputs(const std::filesystem::path& dir, const dqn_cartpole::run_result& r,
+                   const dqn_cartpole::dqn_config& cfg) {
+  std::string csv =
+      "env_steps,train_seconds,eval_mean_return,eval_min_return,eval_max_return,"
+      "train_return_mean100,episodes,epsilon,loss,policy_version,accepted,dropped,max_lag_seen\n";
+  for (const auto& e : r.evals) {
+    csv += format("%llu,%.4f,%.2f,%.0f,%.0f,%.2f,%llu,%.4f,%.6g,%llu,%llu,%llu,%llu\n",
+                  static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean,
+                  e.eval.min, e.eval.max, e.train_return_mean,
+                  static_cast<unsigned long long>(e.episodes), e.epsilon, e.loss,
+                  static_cast<unsigned long long>(e.version),
+                  static_cast<unsigned long long>(e.gate.accepted),
+                  static_cast<unsigned long long>(e.gate.dropped),
+                  static_cast<unsigned long long>(e.gate.max_lag_seen));
+  }
+  write_text(dir / "metrics.csv", csv);
+  std::string eps = "env_steps,return\n";
+  for (const auto& [step, ret] : r.episodes) {
+    eps += format("%llu,%.0f\n", static_cast<unsigned long long>(step), ret);
+  }
+  write_text(dir / "episodes.csv", eps);
+
+  namespace ex = hone_examples;
+  ex::series train{.label = "training episodes", .colour = ex::light_blue, .thickness = 1};
+  for (const auto& [step, ret] : r.episodes) {
+    train.x.push_back(static_cast<double>(step));
+    train.y.push_back(ret);
+  }
+  ex::series eval{.label = "evaluation mean (100 greedy)", .colour = ex::orange, .markers = true};
+  for (const auto& e : r.evals) {
+    eval.x.push_back(static_cast<double>(e.env_steps));
+    eval.y.push_back(e.eval.mean);
+  }
+  ex::series goal{.label = "solved (475)", .colour = ex::green, .thickness = 1};
+  const double last = static_cast<double>(std::max<std::uint64_t>(r.env_steps, 1));
+  goal.x = {0.0, last};
+  goal.y = {cfg.solve_return, cfg.solve_return};
+  ex::chart c{.title = "return",
+              .x_label = "environment steps",
+              .lines = {train, eval, goal},
+              .x_min = 0.0,
+              .x_max = last,
+              .y_min = 0.0,
+              .y_max = 520.0};
+  ex::image img(1000, 480, ex::chart_palette());
+  const std::string heading =
+      r.solved ? format("dqn cartpole seed %llu: solved at %llu steps, %.1f s",
+                        static_cast<unsigned long long>(cfg.seed),
+                        static_cast<unsigned long long>(r.env_steps), r.train_seconds)
+               : format("dqn cartpole seed %llu: not solved in %llu steps",
+                        static_cast<unsigned long long>(cfg.seed),
+                        static_cast<unsigned long long>(r.env_steps));
+  ex::draw_text(img, 14, 12, heading, ex::black, 2);
+  ex::draw_chart(img, {.left = 0, .top = 34, .width = 1000, .height = 446}, c);
+  ex::write_png(dir / "curves.png", img);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse_flags(argc, argv);
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec || !std::filesystem::is_directory(o.out)) {
+      throw hone::error("cannot create the output directory '" + o.out.string() +
+                        "': " + (ec ? ec.message() : std::string("a file of that name exists")));
+    }
+    const auto& c = o.cfg;
+    std::printf(
+        "dqn_cartpole: Double DQN + PER (alpha %g, beta %g -> 1) + 3-step returns on "
+        "CartPole-v1, seed %llu\n",
+        c.per_alpha, c.per_beta, static_cast<unsigned long long>(c.seed));
+    std::printf(
+        "  rl-zoo: lr %g, batch %zu, buffer %zu, learning_starts %llu, gamma %g, "
+        "target_update %llu, train_freq %llu, gradient_steps %zu, eps 1 -> %g over %g "
+        "of %llu steps, MLP 4-%zu-%zu-2, Adam, Huber, clip %g\n",
+        c.learning_rate, c.batch_size, c.buffer_size,
+        static_cast<unsigned long long>(c.learning_starts), c.gamma,
+        static_cast<unsigned long long>(c.target_update_interval),
+        static_cast<unsigned long long>(c.train_freq), c.gradient_steps, c.exploration_final_eps,
+        c.exploration_fraction, static_cast<unsigned long long>(c.exploration_timesteps),
+        dqn_cartpole::qnet::hidden, dqn_cartpole::qnet::hidden,
+        static_cast<double>(c.max_grad_norm));
+    std::printf(
+        "  actors %zu, pull every %zu steps, policy lag <= %llu versions; evaluation: "
+        "%zu greedy episodes every %llu steps, solved at a mean >= %g\n",
+        c.actors, c.pull_every, static_cast<unsigned long long>(c.max_lag), c.eval_episodes,
+        static_cast<unsigned long long>(c.eval_every), c.solve_return);
+    std::fflush(stdout);
+
+    dqn_cartpole::agent agent(c);
+    hone_examples::progress bar(c.max_steps);
+    const dqn_cartpole::run_result r = agent.train([&](const dqn_cartpole::eval_record& e) {
+      bar.note(format(
+          "steps %6llu  train %6.1f s  eval mean %6.1f (min %3.0f)  train mean100 "
+          "%6.1f  eps %.3f  loss %.4f  v%llu  dropped %llu",
+          static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean, e.eval.min,
+          e.train_return_mean, e.epsilon, e.loss, static_cast<unsigned long long>(e.version),
+          static_cast<unsigned long long>(e.gate.dropped)));
+      bar.update(e.env_steps, format("eval %.1f", e.eval.mean));
+    });
+    bar.finish();
+    write_outputs(o.out, r, c);
+    std::printf(
+        "transitions: %llu accepted, %llu dropped by the policy-lag bound (largest lag "
+        "seen %llu, accepted %llu); %llu gradient steps; evaluation time %.1f s\n",
+        static_cast<unsigned long long>(r.gate.accepted),
+        static_cast<unsigned long long>(r.gate.dropped),
+        static_cast<unsigned long long>(r.gate.max_lag_seen),
+        static_cast<unsigned long long>(r.gate.max_lag_accepted),
+        static_cast<unsigned long long>(r.gradient_steps), r.eval_seconds);
+    std::printf("wrote %s, %s and %s\n", (o.out / "metrics.csv").string().c_str(),
+                (o.out / "episodes.csv").string().c_str(), (o.out / "curves.png").string().c_str());
+    if (!r.solved) {
+      std::printf("not solved within %llu environment steps (best evaluation mean %.1f)\n",
+                  static_cast<unsigned long long>(r.env_steps), [&] {
+                    double best = 0.0;
+                    for (const auto& e : r.evals) best = std::max(best, e.eval.mean);
+                    return best;
+                  }());
+      return 3;
+    }
+    std::printf(
+        "solved: time to solve %.3f s (training only), %llu environment steps, final "
+        "evaluation mean %.1f\n",
+        r.train_seconds, static_cast<unsigned long long>(r.env_steps), r.evals.back().eval.mean);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dqn_cartpole: %s\n", e.what());
+    return 1;
+  }
+}
