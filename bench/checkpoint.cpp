@@ -13,11 +13,14 @@
 //                              i.e. the snapshot copy of the 1 GiB into the reused staging
 //                              buffer; the background write (to tmpfs) is waited for untimed.
 //                              limit: one memcpy of the same bytes into a preallocated buffer.
-//   ckpt_compress_{bf16_weights,adam_v}  hone: compressed_bytes (shuffle + zstd level 1, 1 MiB
-//                              chunks, in memory) of trained-like data, 64 MiB of raw bytes per
-//                              iteration; the ratio is printed at start and is the counter
-//                              "compress_ratio". The data come from running hone's AdamW for 300
-//                              steps on a noisy linear regression (see make_trained()).
+//   ckpt_compress_{bf16_weights,adam_v}  hone: compressed_bytes (automatic transform per tensor +
+//                              zstd level 1, 1 MiB chunks, in memory) of trained-like data, 64
+//                              MiB of raw bytes per iteration; the ratio is printed at start and
+//                              is the counter "compress_ratio". The data come from running
+//                              hone's AdamW for 300 steps on a noisy linear regression (see
+//                              make_trained()). At start the program also prints the ratio of
+//                              each transform and the entropy of Adam v under a few models
+//                              ("entropy adam_v ...": the ceiling of lossless compression).
 //
 // tmpfs: /dev/shm/hone-bench-ckpt-<pid>. Disk: build/bench/tmp/ckpt-<pid> (HONE_BENCH_DISK_DIR
 // overrides the parent). At most ~2 GiB per destination; both removed at exit.
@@ -41,6 +44,7 @@
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/optim/adamw.hpp>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -410,8 +414,10 @@ compress_input make_input(bool weights_bf16) {
   return in;
 }
 
-double ratio_of(const ck::tensor_writer& w, std::size_t raw) {
-  const auto c = ck::compressed_bytes(w, ck::compression_options{.level = 1});
+double ratio_of(const ck::tensor_writer& w, std::size_t raw,
+                std::optional<ck::chunk_transform> transform = std::nullopt) {
+  const auto c =
+      ck::compressed_bytes(w, ck::compression_options{.level = 1, .transform = transform});
   return static_cast<double>(raw) / static_cast<double>(c.size());
 }
 
@@ -430,11 +436,99 @@ void compress_hone(benchmark::State& state, bool weights_bf16) {
   state.counters["compress_ratio"] = static_cast<double>(raw) / static_cast<double>(stored);
 }
 
+// ---- how far lossless compression of Adam v can go ---------------------------------------------
+
+/// Empirical (plug-in) entropy in bits of the values counted in `counts`.
+double entropy(std::span<const std::uint64_t> counts) {
+  std::uint64_t total = 0;
+  for (auto c : counts) total += c;
+  double h = 0.0;
+  for (auto c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / static_cast<double>(total);
+    h -= p * std::log2(p);
+  }
+  return h;
+}
+
+/// H(x | ctx) = H(ctx, x) - H(ctx) for byte-valued x and ctx.
+double conditional_entropy(std::span<const std::uint8_t> x, std::span<const std::uint8_t> ctx) {
+  std::vector<std::uint64_t> joint(65536, 0), marginal(256, 0);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ++joint[std::size_t{ctx[i]} * 256 + x[i]];
+    ++marginal[ctx[i]];
+  }
+  return entropy(joint) - entropy(marginal);
+}
+
+template <class F>
+double entropy_of(std::size_t n, std::size_t values, F&& value) {
+  std::vector<std::uint64_t> counts(values, 0);
+  for (std::size_t i = 0; i < n; ++i) ++counts[value(i)];
+  return entropy(counts);
+}
+
+/// Prints the entropy of fp32 Adam v under a few models (bits per element; a ratio is 32 / bits):
+/// what an ideal coder for that model would reach, so the measured zstd ratio has a ceiling to be
+/// compared with. Plug-in estimates on 262,144 elements (the conditional ones are slightly
+/// optimistic: they do not pay for learning their tables).
+void print_adam_v_entropy() {
+  const std::vector<float>& v = trained_data().exp_avg_sq;
+  const std::size_t n = v.size();
+  std::vector<std::uint32_t> bits(n);
+  std::memcpy(bits.data(), v.data(), n * sizeof(float));
+  std::vector<std::uint8_t> e(n), e_prev(n), m7(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    e[i] = static_cast<std::uint8_t>((bits[i] >> 23) & 0xff);
+    e_prev[i] = i == 0 ? 0 : e[i - 1];
+    m7[i] = static_cast<std::uint8_t>((bits[i] >> 16) & 0x7f);
+  }
+  double planes = 0.0;
+  for (unsigned k = 0; k < 4; ++k) {
+    planes += entropy_of(n, 256, [&](std::size_t i) { return (bits[i] >> (8 * k)) & 0xff; });
+  }
+  const double h_sign = entropy_of(n, 2, [&](std::size_t i) { return bits[i] >> 31; });
+  const double h_e = entropy_of(n, 256, [&](std::size_t i) { return e[i]; });
+  const double h_e_prev = conditional_entropy(e, e_prev);
+  const double h_e_delta =
+      entropy_of(n, 256, [&](std::size_t i) { return (e[i] - e_prev[i]) & 0xff; });
+  double h_mantissa_bits = 0.0;  // each of the 23 mantissa bits on its own
+  for (unsigned b = 0; b < 23; ++b) {
+    h_mantissa_bits += entropy_of(n, 2, [&](std::size_t i) { return (bits[i] >> b) & 1; });
+  }
+  const double h_m7_e = conditional_entropy(m7, e);
+  // The top 15 bits (exponent and 7 mantissa bits: a piecewise-linear log2 of v) predicted by an
+  // exponential moving average (1/4) of the previous elements' top bits; residual order-0.
+  std::vector<std::uint64_t> residual(65536, 0);
+  std::uint32_t ema = (bits[0] >> 16) << 2;  // fixed point, 2 fraction bits
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t q = bits[i] >> 16;
+    ++residual[(q - ((ema + 2) >> 2)) & 0xffff];
+    ema = static_cast<std::uint32_t>(static_cast<std::int64_t>(ema) +
+                                     ((static_cast<std::int64_t>(q) * 4 - ema) >> 2));
+  }
+  const double h_top15_ema = entropy(residual);
+  const auto line = [](const char* what, double bits_per_element) {
+    std::printf("entropy adam_v %-58s %7.3f bits/elem  (ratio %.3fx)\n", what, bits_per_element,
+                32.0 / bits_per_element);
+  };
+  std::printf(
+      "entropy adam_v fields: sign %.3f, exponent %.3f (| previous %.3f, delta %.3f), "
+      "mantissa bits %.3f, top-7 mantissa | exponent %.3f (of 7)\n",
+      h_sign, h_e, h_e_prev, h_e_delta, h_mantissa_bits, h_m7_e);
+  line("order-0 byte planes (what shuffle + Huffman can reach)", planes);
+  line("sign + exponent order-0 + mantissa bits", h_sign + h_e + h_mantissa_bits);
+  line("sign + exponent | previous exponent + mantissa bits", h_sign + h_e_prev + h_mantissa_bits);
+  line("top 15 bits - EMA prediction + 16 low mantissa bits", h_sign + h_top15_ema + 16.0);
+  line("exponent free, mantissa bits only (no model of them)", h_mantissa_bits);
+  std::fflush(stdout);
+}
+
 void print_ratios() {
   const trained& t = trained_data();
   auto one = [](const char* what, std::pair<ck::tensor_writer, std::size_t> wr) {
     const auto& [w, raw] = wr;
-    std::printf("compress_ratio %-28s %.3fx (shuffle + zstd-1, %zu raw bytes)\n", what,
+    std::printf("compress_ratio %-28s %.3fx (automatic transform + zstd-1, %zu raw bytes)\n", what,
                 ratio_of(w, raw), raw);
   };
   std::vector<hone::bfloat16> bf(t.weights.begin(), t.weights.end());
@@ -449,6 +543,14 @@ void print_ratios() {
     w.add("x", {s.size()}, s);
     return std::pair{std::move(w), s.size_bytes()};
   };
+  for (const auto tr : {ck::chunk_transform::shuffle, ck::chunk_transform::split,
+                        ck::chunk_transform::split_delta}) {
+    const auto [wv, raw_v] = part(t.exp_avg_sq);
+    const auto [wb, raw_b] = part_bf(bf);
+    std::printf("compress_ratio %-28s %.3fx (fp32 Adam v), %.3fx (bf16 weights) at zstd-1\n",
+                std::string(ck::encoding_name(tr)).c_str(), ratio_of(wv, raw_v, tr),
+                ratio_of(wb, raw_b, tr));
+  }
   one("bf16 weights", part_bf(bf));
   one("bf16 weights (dense rows)", part_bf(std::span(bf).first(dense)));
   one("fp32 Adam v (exp_avg_sq)", part(t.exp_avg_sq));
@@ -481,6 +583,7 @@ bool register_benchmarks() {
   hone_bench::add("ckpt_compress_adam_v", "hone",
                   [](benchmark::State& s) { compress_hone(s, false); });
   print_ratios();
+  print_adam_v_entropy();
   return true;
 }
 

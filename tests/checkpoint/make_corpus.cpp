@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -162,6 +163,18 @@ int main(int argc, char** argv) {
   const bytes valid_hct =
       ck::compressed_bytes(v.compressible_writer(), {.level = 1, .chunk_bytes = 512});
   g.good("valid.hct", valid_hct);
+  // The float split encodings (F32 "a" and "big", BF16 "b") for the fuzzer to mutate.
+  const bytes split_hct_file = ck::compressed_bytes(
+      v.compressible_writer(),
+      {.level = 1, .chunk_bytes = 512, .transform = ck::chunk_transform::split_delta});
+  g.good("valid-split.hct", split_hct_file);
+  // What the version 1 writer produced for the same tensors (byte-identical: version 2 only
+  // added the split encodings and the version number).
+  bytes valid_v1 = ck::compressed_bytes(
+      v.compressible_writer(),
+      {.level = 1, .chunk_bytes = 512, .transform = ck::chunk_transform::shuffle});
+  valid_v1[8] = std::byte{1};
+  g.good("valid-v1.hct", valid_v1);
   ck::manifest m;
   m.add("model.safetensors", ck::file_digest{valid_st.size(), ck::hash128(valid_st)});
   m.add("state.json", ck::file_digest{12, ck::hash128(to_bytes("hello"))});
@@ -301,8 +314,14 @@ int main(int argc, char** argv) {
     b[1] = std::byte{'X'};
     g.bad("hct-bad-magic.hct", b);
     b = valid_hct;
-    b[8] = std::byte{2};
-    g.bad("hct-version-2.hct", b);
+    b[8] = std::byte{3};
+    g.bad("hct-version-3.hct", b);
+    b = valid_hct;
+    b[8] = std::byte{0};
+    g.bad("hct-version-0.hct", b);
+    b = split_hct_file;
+    b[8] = std::byte{1};
+    g.bad("hct-v1-split-encoding.hct", b);
     b = valid_hct;
     b[12] = std::byte{1};
     g.bad("hct-flags.hct", b);
@@ -345,6 +364,18 @@ int main(int argc, char** argv) {
   };
   g.bad("hct-encoding-unknown.hct", edit("\"shuffle-zstd\"", "\"lz4\""));
   g.bad("hct-encoding-missing.hct", edit(",\"encoding\":\"shuffle-zstd\"", ""));
+  g.bad("hct-encoding-number.hct", edit("\"encoding\":\"shuffle-zstd\"", "\"encoding\":2"));
+  {
+    // A split encoding on an I64 tensor ("c").
+    hct_parts p = parts;
+    const auto c_pos = p.index.find("\"c\":{\"dtype\":\"I64\"");
+    const auto enc_pos = p.index.find("\"shuffle-zstd\"", c_pos);
+    if (c_pos == std::string::npos || enc_pos == std::string::npos) {
+      throw std::runtime_error("make_corpus: tensor c's encoding not found in the index");
+    }
+    p.index.replace(enc_pos, 14, "\"split-zstd\"");
+    g.bad("hct-split-on-i64.hct", join_hct(p));
+  }
   g.bad("hct-chunks-missing.hct",
         edit(",\"chunks\":[" + first_chunk, ",\"chunkz\":[" + first_chunk));
   g.bad("hct-chunk-raw-not-element.hct",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <hone/core/model.hpp>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -308,7 +310,18 @@ BOOST_AUTO_TEST_CASE(safetensors_round_trip_every_dtype) {
   const auto d = w.write(dir / "all.safetensors");
   BOOST_TEST(d.size == fs::file_size(dir / "all.safetensors"));
   BOOST_TEST(d.size == w.file_size());
-  BOOST_TEST((d == ck::hash_file(dir / "all.safetensors")));
+  BOOST_TEST((d == ck::hash_file(dir / "all.safetensors")));  // hashed on a second thread
+  {
+    // With a dtype conversion the file is hashed inline, as written through the staging buffer.
+    ck::tensor_writer conv;
+    const std::vector<float> big = pattern<float>(300000, 4);  // more than one staging buffer
+    conv.add("big", {300000}, big, ck::dtype::bf16);
+    conv.add("scalar", {}, scalar);
+    const auto dc = conv.write(dir / "conv.safetensors");
+    BOOST_TEST((dc == ck::hash_file(dir / "conv.safetensors")));
+    const bytes mem = conv.to_bytes();
+    BOOST_TEST((dc == ck::file_digest{mem.size(), ck::hash128(mem)}));
+  }
   for (const bool mapped : {true, false}) {
     const bytes mem = w.to_bytes();
     const auto f = mapped ? ck::safetensors_file::open(dir / "all.safetensors")
@@ -530,36 +543,48 @@ BOOST_AUTO_TEST_CASE(compressed_round_trip_every_dtype_and_back_to_safetensors) 
   w.add("empty", {0}, none);
   w.set_metadata("framework", "hone");
   const bytes plain = w.to_bytes();
-  for (const std::size_t chunk : {std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
-    const ck::compression_options opt{.level = 1, .chunk_bytes = chunk};
-    const bytes packed = ck::compressed_bytes(w, opt);
-    const auto c = ck::compressed_file::view(packed, "mem.hct");
-    BOOST_TEST(c.metadata().at("framework") == "hone");
-    BOOST_TEST(c.tensors().size() == w.size());
-    c.verify();
-    // Tensor by tensor, and as a whole plain file (byte-identical to the plain writer).
-    const auto p = ck::safetensors_file::view(plain, "plain");
-    for (const auto& t : p.tensors()) {
-      bytes got(static_cast<std::size_t>(t.size_bytes()));
-      c.read(c.at(t.name), got);
-      const auto want = p.data(t);
-      BOOST_TEST(std::equal(got.begin(), got.end(), want.begin(), want.end()), t.name);
-      BOOST_TEST((c.at(t.name) == t));
+  const std::optional<ck::chunk_transform> transforms[] = {
+      std::nullopt, ck::chunk_transform::shuffle, ck::chunk_transform::split,
+      ck::chunk_transform::split_delta};
+  for (const auto transform : transforms)
+    for (const std::size_t chunk : {std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
+      const ck::compression_options opt{.level = 1, .chunk_bytes = chunk, .transform = transform};
+      const bytes packed = ck::compressed_bytes(w, opt);
+      const auto c = ck::compressed_file::view(packed, "mem.hct");
+      BOOST_TEST(c.version() == 2u);
+      for (const auto& t : c.tensors()) {
+        // A forced transform applies to F32 and BF16; everything else is shuffled.
+        const bool splits = t.type == ck::dtype::f32 || t.type == ck::dtype::bf16;
+        if (transform && splits) BOOST_TEST((c.transform(t) == *transform), t.name);
+        if (!splits) BOOST_TEST((c.transform(t) == ck::chunk_transform::shuffle), t.name);
+      }
+      BOOST_TEST(c.metadata().at("framework") == "hone");
+      BOOST_TEST(c.tensors().size() == w.size());
+      c.verify();
+      // Tensor by tensor, and as a whole plain file (byte-identical to the plain writer).
+      const auto p = ck::safetensors_file::view(plain, "plain");
+      for (const auto& t : p.tensors()) {
+        bytes got(static_cast<std::size_t>(t.size_bytes()));
+        c.read(c.at(t.name), got);
+        const auto want = p.data(t);
+        BOOST_TEST(std::equal(got.begin(), got.end(), want.begin(), want.end()), t.name);
+        BOOST_TEST((c.at(t.name) == t));
+      }
+      struct sink {
+        bytes b;
+        void write(std::span<const std::byte> s) { b.insert(b.end(), s.begin(), s.end()); }
+      } s;
+      ck::decompress_to(c, s);
+      BOOST_TEST((s.b == plain));
+      // Some chunks were stored raw (the random halves at small chunk sizes), others compressed.
+      std::size_t raw = 0, packed_chunks = 0;
+      for (const auto& t : c.tensors()) {
+        for (const auto& ch : c.chunks(t))
+          (ch.stored_bytes == ch.raw_bytes ? raw : packed_chunks)++;
+      }
+      BOOST_TEST(packed_chunks > 0u);
+      if (chunk == 64) BOOST_TEST(raw > 0u);
     }
-    struct sink {
-      bytes b;
-      void write(std::span<const std::byte> s) { b.insert(b.end(), s.begin(), s.end()); }
-    } s;
-    ck::decompress_to(c, s);
-    BOOST_TEST((s.b == plain));
-    // Some chunks were stored raw (the random halves at small chunk sizes), others compressed.
-    std::size_t raw = 0, packed_chunks = 0;
-    for (const auto& t : c.tensors()) {
-      for (const auto& ch : c.chunks(t)) (ch.stored_bytes == ch.raw_bytes ? raw : packed_chunks)++;
-    }
-    BOOST_TEST(packed_chunks > 0u);
-    if (chunk == 64) BOOST_TEST(raw > 0u);
-  }
   // Through files, with the converters of the hone-ckpt tool.
   const auto dp = w.write(dir / "a.safetensors");
   const auto dc = ck::compress_safetensors(dir / "a.safetensors", dir / "a.hct", {.level = 3});
@@ -581,6 +606,157 @@ BOOST_AUTO_TEST_CASE(compressed_round_trip_every_dtype_and_back_to_safetensors) 
   BOOST_CHECK_THROW((void)ck::compressed_bytes(w, {.level = 1000}), hone::config_error);
   BOOST_CHECK_THROW((void)ck::compressed_bytes(w, {.level = 1, .chunk_bytes = 0}),
                     hone::config_error);
+}
+
+namespace {
+/// The float split of one element, computed from the IEEE fields (an independent reference for
+/// transform_bytes): exponent (or its delta), sign | top 7 mantissa bits, then the mantissa's
+/// remaining bytes, high first.
+std::vector<std::uint8_t> reference_split(std::span<const std::uint32_t> bits, bool f32,
+                                          bool delta) {
+  const std::size_t n = bits.size(), item = f32 ? 4 : 2;
+  std::vector<std::uint8_t> out(n * item);
+  unsigned prev = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t x = bits[i];
+    const unsigned sign = f32 ? x >> 31 : (x >> 15) & 1;
+    const unsigned exponent = f32 ? (x >> 23) & 0xff : (x >> 7) & 0xff;
+    const std::uint32_t mantissa = f32 ? x & 0x7fffff : x & 0x7f;
+    out[i] = static_cast<std::uint8_t>(delta ? (exponent + 256 - prev) % 256 : exponent);
+    prev = exponent;
+    out[n + i] = static_cast<std::uint8_t>(sign * 128 + (f32 ? mantissa >> 16 : mantissa));
+    if (f32) {
+      out[2 * n + i] = static_cast<std::uint8_t>((mantissa >> 8) % 256);
+      out[3 * n + i] = static_cast<std::uint8_t>(mantissa % 256);
+    }
+  }
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(float_split_matches_the_ieee_fields_and_inverts) {
+  std::mt19937 rng(7);
+  std::vector<std::uint32_t> f32_bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                         0x7fc00001u, 0x00000001u, 0x807fffffu, 0x3f800000u,
+                                         0xbf7fffffu, 0x7f7fffffu};
+  for (int i = 0; i < 5000; ++i) f32_bits.push_back(rng());
+  for (int i = 0; i < 2000; ++i) {  // runs of similar magnitudes, as in Adam moments
+    f32_bits.push_back(std::bit_cast<std::uint32_t>(
+        std::ldexp(1.0f + 0.001f * static_cast<float>(i % 13), -(i / 40) % 30)));
+  }
+  for (const bool f32 : {true, false}) {
+    std::vector<std::uint32_t> bits = f32_bits;
+    if (!f32) {
+      for (auto& b : bits) b &= 0xffff;  // every BF16 pattern kind: low halves of the above
+      for (std::uint32_t b = 0; b < 65536; b += 7) bits.push_back(b);
+    }
+    const std::size_t item = f32 ? 4 : 2;
+    bytes in(bits.size() * item);
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      for (std::size_t k = 0; k < item; ++k) {
+        in[i * item + k] = static_cast<std::byte>((bits[i] >> (8 * k)) & 0xff);
+      }
+    }
+    for (const auto t : {ck::chunk_transform::split, ck::chunk_transform::split_delta}) {
+      bytes moved(in.size()), back(in.size());
+      ck::transform_bytes(t, in, item, moved);
+      const auto want = reference_split(bits, f32, t == ck::chunk_transform::split_delta);
+      BOOST_TEST(std::equal(moved.begin(), moved.end(), std::as_bytes(std::span(want)).begin()),
+                 ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
+      ck::untransform_bytes(t, moved, item, back);
+      BOOST_TEST((back == in), ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
+    }
+  }
+  bytes three(12), out(12);
+  BOOST_CHECK_THROW(ck::transform_bytes(ck::chunk_transform::split, three, 3, out),
+                    hone::config_error);
+  BOOST_CHECK_THROW(
+      ck::untransform_bytes(ck::chunk_transform::split_delta, three, 8, std::span(out).first(8)),
+      hone::config_error);
+  BOOST_TEST((ck::transform_of_encoding("split-delta-zstd") == ck::chunk_transform::split_delta));
+  BOOST_TEST(!ck::transform_of_encoding("lz4").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(automatic_transform_is_the_smallest_on_the_sample) {
+  // Floats whose exponent takes a random walk (+-1 or 0 per element; mantissas random), as the
+  // slowly varying magnitudes of Adam moments, and weight-like bf16: with a sample covering the
+  // whole single-chunk tensor, the automatic choice must produce exactly the smallest of the
+  // forced transforms' files.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(16384);
+  int exponent = 100;
+  for (auto& x : v) {
+    exponent = std::clamp(exponent + static_cast<int>(rng() % 3) - 1, 60, 140);
+    x = std::bit_cast<float>((static_cast<std::uint32_t>(exponent) << 23) |
+                             (static_cast<std::uint32_t>(rng()) & 0x7fffffu));
+  }
+  std::vector<hone::bfloat16> w;
+  for (int i = 0; i < 32768; ++i) w.emplace_back(0.02f * normal(rng));
+  for (const bool adam : {true, false}) {
+    ck::tensor_writer tw;
+    if (adam) {
+      tw.add("v", {v.size()}, v);
+    } else {
+      tw.add("w", {w.size()}, w);
+    }
+    const ck::compression_options base{.level = 1, .chunk_bytes = 1 << 20, .sample_bytes = 1 << 20};
+    std::size_t best = std::numeric_limits<std::size_t>::max();
+    ck::chunk_transform best_t = ck::chunk_transform::shuffle;
+    for (const auto t : {ck::chunk_transform::shuffle, ck::chunk_transform::split,
+                         ck::chunk_transform::split_delta}) {
+      auto o = base;
+      o.transform = t;
+      const std::size_t size = ck::compressed_bytes(tw, o).size();
+      if (size < best) {
+        best = size;
+        best_t = t;
+      }
+    }
+    const bytes packed = ck::compressed_bytes(tw, base);
+    const auto c = ck::compressed_file::view(packed, "auto.hct");
+    BOOST_TEST((c.transform(c.tensors()[0]) == best_t));
+    BOOST_TEST(packed.size() == best);
+    c.verify();
+    if (adam) {  // exponent deltas take 3 values: the delta split wins
+      BOOST_TEST((best_t == ck::chunk_transform::split_delta));
+    }
+  }
+  BOOST_CHECK_THROW((void)ck::compressed_bytes(ck::tensor_writer{}, {.sample_bytes = 0}),
+                    hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(version_1_files_read_and_split_encodings_need_version_2) {
+  // A version 1 file is a version 2 file with only "shuffle-zstd" tensors and version 1 in its
+  // prelude (the committed seed seeds/valid-v1.hct was written by the version 1 writer).
+  const std::vector<float> v = pattern<float>(3000, 5);
+  ck::tensor_writer w;
+  w.add("v", {3000}, v);
+  bytes f =
+      ck::compressed_bytes(w, {.chunk_bytes = 4096, .transform = ck::chunk_transform::shuffle});
+  f[8] = std::byte{1};
+  const auto c = ck::compressed_file::view(f, "v1.hct");
+  BOOST_TEST(c.version() == 1u);
+  std::vector<float> got(3000);
+  c.read(c.at("v"), std::as_writable_bytes(std::span(got)));
+  BOOST_TEST(std::memcmp(got.data(), v.data(), got.size() * sizeof(float)) == 0);
+  bytes g = ck::compressed_bytes(w, {.transform = ck::chunk_transform::split});
+  g[8] = std::byte{1};
+  expect_checkpoint_error([&] { (void)ck::compressed_file::view(g, "v1.hct"); },
+                          {"'v1.hct'", "tensor 'v'", "\"shuffle-zstd\" in a version 1 file"});
+  g[8] = std::byte{3};
+  expect_checkpoint_error([&] { (void)ck::compressed_file::view(g, "v3.hct"); },
+                          {"'v3.hct'", "format version 3", "reads versions 1 to 2"});
+  // A committed file from the version 1 writer still reads (and its bytes are as written).
+  const auto old = hone_test::read_bytes(fs::path(HONE_CHECKPOINT_SEEDS_DIR) / "valid-v1.hct");
+  const auto o = ck::compressed_file::view(old, "valid-v1.hct");
+  BOOST_TEST(o.version() == 1u);
+  o.verify();
+  const auto big = ck::tensor_file::view(old, "valid-v1.hct").read_as<float>("big");
+  BOOST_REQUIRE(big.size() == 600u);
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    BOOST_TEST(big[i] == static_cast<float>(i % 7) * 0.25f);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(compressed_damage_is_found_and_named) {

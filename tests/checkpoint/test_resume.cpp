@@ -13,6 +13,7 @@
 #include <hone/checkpoint/writer.hpp>
 #include <hone/optim/clipping.hpp>
 #include <hone/schedule/one_cycle.hpp>
+#include <hone/train/early_stopping.hpp>
 #include <hone/train/trainer.hpp>
 #include <random>
 #include <string>
@@ -212,5 +213,107 @@ BOOST_AUTO_TEST_CASE(weights_only_export) {
   // The exported bf16 weights are the model's working weights exactly.
   const auto v = f.read_as<hone::bfloat16>("fc1.weight");
   BOOST_TEST(std::memcmp(v.data(), m.w1.data(), v.size() * 2) == 0);
+  fs::remove_all(root);
+}
+
+namespace {
+/// Trains with early stopping checked every 5 steps on a fixed validation batch (patience 3, the
+/// keeper tracking the master weights) from step `from` until it says stop or step `until`.
+/// Returns the step after the last one trained.
+template <class Trainer>
+std::uint64_t train_with_early_stopping(Trainer& t, small_mlp<float>& m, hone::early_stopping& es,
+                                        hone::best_weights_keeper& keeper, std::uint64_t from,
+                                        std::uint64_t until) {
+  const batch validation = make_batch(100000);
+  for (std::uint64_t s = from; s < until; ++s) {
+    (void)t.step(make_batch(s));
+    if ((s + 1) % 5 != 0) continue;
+    // forward_backward with scale 0 computes the loss; the zero gradients it leaves are
+    // overwritten by the next step.
+    if (es.update(static_cast<double>(m.forward_backward(validation, 0.0f)), s + 1, keeper)) {
+      return s + 1;
+    }
+  }
+  return until;
+}
+hone::early_stopping make_early_stopping() {
+  return hone::early_stopping({.mode = hone::monitor_mode::min, .patience = 3, .min_delta = 2e-3});
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(resume_with_early_stopping_stops_at_the_same_step_with_the_same_best) {
+  const fs::path root =
+      fs::temp_directory_path() / ("hone-test-resume-es-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  constexpr std::uint64_t limit = 400;
+
+  // Straight.
+  small_mlp<float> ma(7);
+  auto ta = make_trainer(ma, hone::fp32{});
+  auto ea = make_early_stopping();
+  hone::best_weights_keeper ka;
+  ka.track(ta.master_weights());
+  const std::uint64_t stop_a = train_with_early_stopping(ta, ma, ea, ka, 0, limit);
+  BOOST_REQUIRE_MESSAGE(ea.should_stop(), "the scenario must stop early: " << ea.message());
+  BOOST_REQUIRE(ea.best_step().has_value());
+  // Save one check after the last improvement: the wait count is 1 and the weights have moved
+  // on from the best ones, so both must come from the checkpoint.
+  const std::uint64_t n = *ea.best_step() + 5;
+  BOOST_REQUIRE(n < stop_a);
+
+  {
+    small_mlp<float> mb(7);
+    auto tb = make_trainer(mb, hone::fp32{});
+    auto eb = make_early_stopping();
+    hone::best_weights_keeper kb;
+    kb.track(tb.master_weights());
+    BOOST_TEST(train_with_early_stopping(tb, mb, eb, kb, 0, n) == n);
+    BOOST_TEST(!eb.should_stop());
+    BOOST_TEST(eb.wait_count() == 1u);
+    ck::checkpoint_writer w({.root = root});
+    ck::training_state extra;
+    extra.data.set("next_batch", n);
+    BOOST_TEST(w.save(tb.steps_done(), [&](ck::snapshot& s) {
+      ck::capture(tb, s, extra);
+      ck::capture_early_stopping(eb, s, &kb);
+    }));
+  }
+
+  // Resumed with fresh objects.
+  small_mlp<float> mc(12345);
+  auto tc = make_trainer(mc, hone::fp32{});
+  auto ec = make_early_stopping();
+  hone::best_weights_keeper kc;
+  kc.track(tc.master_weights());
+  const auto c = ck::newest_valid(root);
+  BOOST_REQUIRE(c.has_value());
+  BOOST_TEST(fs::exists(c->path / ck::early_stopping_best_file));
+  const ck::training_state st = ck::restore(tc, c->path);
+  ck::restore_early_stopping(ec, c->path, st, &kc);
+  BOOST_TEST(ec.wait_count() == 1u);
+  BOOST_TEST(ec.best() == ea.best());
+  const std::uint64_t stop_c =
+      train_with_early_stopping(tc, mc, ec, kc, st.data.at("next_batch").as_u64(), limit);
+
+  BOOST_TEST(stop_c == stop_a);
+  BOOST_TEST((ec.stop_step() == ea.stop_step()));
+  BOOST_TEST((ec.best_step() == ea.best_step()));
+  BOOST_TEST((ec.state().reason == ea.state().reason));
+  BOOST_TEST(ec.checks() == ea.checks());
+  BOOST_TEST((state_bits(tc) == state_bits(ta)));  // same weights and moments at the stop
+  ka.restore();
+  kc.restore();
+  BOOST_TEST((state_bits(tc) == state_bits(ta)));  // the same best weights, bit for bit
+
+  // A different patience, or a keeper of another size, is refused with a sentence.
+  auto other = hone::early_stopping({.patience = 4});
+  BOOST_CHECK_THROW(ck::restore_early_stopping(other, c->path, st), hone::checkpoint_error);
+  std::vector<float> smaller(3);
+  hone::best_weights_keeper wrong;
+  wrong.track(smaller);
+  auto ed = make_early_stopping();
+  BOOST_CHECK_THROW(ck::restore_early_stopping(ed, c->path, st, &wrong), hone::checkpoint_error);
+  ck::training_state none;
+  BOOST_CHECK_THROW(ck::restore_early_stopping(ed, c->path, none), hone::checkpoint_error);
   fs::remove_all(root);
 }

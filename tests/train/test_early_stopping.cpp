@@ -13,7 +13,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -356,3 +358,85 @@ static_assert(trackable<std::span<hone::bfloat16, 4>>);
 static_assert(trackable<std::array<double, 3>&>);
 static_assert(!trackable<std::vector<float>>, "a temporary vector would dangle");
 }  // namespace
+
+// state() / restore(): splitting a random metric sequence at every position and restoring the
+// state into a fresh object gives the same decisions, best values and wait counts afterwards as
+// the uninterrupted object (including thresholds, NaN and stops before the split).
+BOOST_AUTO_TEST_CASE(state_and_restore_continue_exactly) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 40; ++trial) {
+    const hone::early_stopping_options o{
+        .mode = trial % 2 == 0 ? hone::monitor_mode::min : hone::monitor_mode::max,
+        .patience = static_cast<std::uint64_t>(trial % 4),
+        .min_delta = trial % 3 == 0 ? 0.01 : 0.0,
+        .check_finite = trial % 5 != 0,
+        .stopping_threshold = trial % 7 == 0 ? std::optional<double>(0.05) : std::nullopt};
+    std::vector<double> metrics(30);
+    for (auto& m : metrics) m = u(rng) < 0.05 ? k_nan : u(rng);
+    for (std::size_t split = 0; split <= metrics.size(); ++split) {
+      hone::early_stopping straight(o), first(o), resumed(o);
+      for (std::size_t i = 0; i < split; ++i) {
+        (void)straight.update(metrics[i], 10 * i);
+        (void)first.update(metrics[i], 10 * i);
+      }
+      resumed.restore(first.state());
+      for (std::size_t i = split; i < metrics.size(); ++i) {
+        const bool a = straight.update(metrics[i], 10 * i);
+        const bool b = resumed.update(metrics[i], 10 * i);
+        BOOST_TEST(a == b);
+        BOOST_TEST(std::bit_cast<std::uint64_t>(straight.best()) ==
+                   std::bit_cast<std::uint64_t>(resumed.best()));
+        BOOST_TEST(straight.wait_count() == resumed.wait_count());
+        BOOST_TEST(straight.improved() == resumed.improved());
+      }
+      BOOST_TEST((straight.best_step() == resumed.best_step()));
+      BOOST_TEST((straight.stop_step() == resumed.stop_step()));
+      BOOST_TEST((straight.reason() == resumed.reason()));
+      BOOST_TEST(straight.checks() == resumed.checks());
+      BOOST_TEST(straight.message() == resumed.message());
+    }
+  }
+  // Inconsistent states are refused.
+  hone::early_stopping es;
+  hone::early_stopping_state bad;
+  bad.reason = hone::stop_reason::patience;  // without a stop step
+  BOOST_CHECK_THROW(es.restore(bad), hone::config_error);
+  bad = {};
+  bad.wait_count = 3;  // more waits than checks
+  BOOST_CHECK_THROW(es.restore(bad), hone::config_error);
+  bad = {};
+  bad.best_step = 4;  // a best step with the initial +inf best
+  BOOST_CHECK_THROW(es.restore(bad), hone::config_error);
+  for (const auto r :
+       {hone::stop_reason::none, hone::stop_reason::patience, hone::stop_reason::non_finite,
+        hone::stop_reason::stopping_threshold, hone::stop_reason::divergence_threshold}) {
+    BOOST_TEST((hone::stop_reason_from_string(hone::to_string(r)) == r));
+  }
+  BOOST_TEST(!hone::stop_reason_from_string("bored").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(keeper_snapshot_bytes_round_trip) {
+  std::vector<float> a{1.0f, -2.0f, 3.5f};
+  std::vector<hone::bfloat16> b{hone::bfloat16(0.25f), hone::bfloat16(-8.0f)};
+  hone::best_weights_keeper k;
+  k.track(a).track(b);
+  BOOST_TEST(k.snapshot_bytes().empty());
+  k.snapshot();
+  const auto saved = k.snapshot_bytes();
+  BOOST_REQUIRE(saved.size() == 3 * 4 + 2 * 2);
+  BOOST_TEST(std::memcmp(saved.data(), a.data(), 12) == 0);  // arrays back to back, track order
+  BOOST_TEST(std::memcmp(saved.data() + 12, b.data(), 4) == 0);
+  const std::vector<std::byte> copy(saved.begin(), saved.end());
+  // Another keeper over other arrays of the same sizes takes the bytes and restores them.
+  std::vector<float> a2(3, 0.0f);
+  std::vector<hone::bfloat16> b2(2, hone::bfloat16(0.0f));
+  hone::best_weights_keeper k2;
+  k2.track(a2).track(b2);
+  k2.restore_snapshot(copy);
+  BOOST_TEST(a2[0] == 0.0f);  // not written until restore()
+  k2.restore();
+  BOOST_TEST(std::memcmp(a2.data(), a.data(), 12) == 0);
+  BOOST_TEST(std::memcmp(b2.data(), b.data(), 4) == 0);
+  BOOST_CHECK_THROW(k2.restore_snapshot(std::span(copy).first(15)), hone::config_error);
+}

@@ -96,9 +96,14 @@ int cmd_info(const fs::path& arg) {
                 f.format() == ck::tensor_format::compressed ? "compressed" : "safetensors",
                 f.tensors().size(), human_bytes(total).c_str(), human_bytes(f.file_size()).c_str());
     for (const auto& t : f.tensors()) {
-      std::printf("  %-40s %-5s %-18s %s\n", t.name.c_str(),
+      std::string stored;
+      if (const ck::compressed_file* c = f.compressed()) {
+        stored = " (" + std::string(ck::encoding_name(c->transform(t))) + ", " +
+                 human_bytes(c->stored_bytes(t)) + " stored)";
+      }
+      std::printf("  %-40s %-5s %-18s %s%s\n", t.name.c_str(),
                   std::string(ck::dtype_name(t.type)).c_str(), ck::shape_string(t.shape).c_str(),
-                  human_bytes(t.size_bytes()).c_str());
+                  human_bytes(t.size_bytes()).c_str(), stored.c_str());
     }
   }
   if (fs::exists(dir / ck::files::state)) {

@@ -1,7 +1,8 @@
 // hone/checkpoint/compress.hpp: hone compressed tensor files (".hct"): safetensors' tensors,
-// each cut into chunks that are byte-plane shuffled and zstd-compressed, with an XXH3-64 per chunk.
+// each cut into chunks that are transformed (byte-plane shuffle, or a float split),
+// zstd-compressed, with an XXH3-64 per chunk.
 //
-// Why shuffle: the bytes of a float are not alike. The high byte of bf16 weights (sign and
+// Why transform: the bytes of a float are not alike. The high byte of bf16 weights (sign and
 // exponent) takes few values, the low byte is close to random; interleaved, zstd sees noise.
 // Grouping byte k of every element together (a "byte plane", as Blosc and ZipNN do) gives zstd
 // one highly compressible plane and one incompressible one. Measured on trained weights (see
@@ -9,17 +10,32 @@
 // at zstd level 1. A chunk that does not shrink is stored raw, so incompressible tensors cost
 // nothing but the index.
 //
+// The float split (format version 2) goes one step further for F32 and BF16, whose exponent is 8
+// bits that straddle two bytes: it moves the whole exponent into one byte plane and the sign next
+// to the top mantissa bits, so the plane zstd can compress holds exactly the exponent; "delta"
+// stores each exponent as its difference (mod 256) from the previous element's, which is small
+// where neighbouring values have similar magnitudes (Adam second moments: an exponent costs ~2
+// bits instead of ~4). Per element of F32, x = sign | exponent e | mantissa m (1 + 8 + 23 bits):
+//   plane 0: e (split) or (e - e_prev) mod 256 (split-delta; e_prev = 0 at a chunk's start)
+//   plane 1: sign << 7 | m >> 16          plane 2: (m >> 8) & 0xff        plane 3: m & 0xff
+// BF16 (1 + 8 + 7 bits): plane 0 as above, plane 1: sign << 7 | m. Every transform is a bijection
+// on the chunk's bytes, so decompression is exact. The writer picks per tensor (default) the
+// transform whose zstd output is smallest on a sample of the tensor's first bytes, and records it
+// as the tensor's "encoding"; docs/benchmarks.md has the measured ratios and the entropy bounds.
+//
 // These files are hone's own format; convert them back to plain safetensors with
 // decompress_to_safetensors() (the hone-ckpt tool's job). The layout (docs/checkpoint.md has the
 // full description):
 //
 //   offset       size  field
 //   0            8     magic 89 48 43 54 0D 0A 1A 0A ("\x89HCT\r\n\x1a\n", PNG-style)
-//   8            4     u32 LE format version (1)
+//   8            4     u32 LE format version (2 written; 1 and 2 read)
 //   12           4     u32 LE flags (0; readers refuse others)
 //   16           D     chunk data: the stored chunks of every tensor, back to back, in data order
 //   16 + D       N     index: UTF-8 JSON, a safetensors header whose tensor entries also have
-//                      "encoding": "shuffle-zstd" and "chunks": [[raw, stored, "xxh3-64"], ...]
+//                      "encoding": "shuffle-zstd" | "split-zstd" | "split-delta-zstd" (version 1:
+//                      "shuffle-zstd" only; the split encodings only for F32 and BF16) and
+//                      "chunks": [[raw, stored, "xxh3-64"], ...]
 //   16 + D + N   8     u64 LE index offset (16 + D)
 //   +8           8     u64 LE index length N (<= 100,000,000)
 //   +16          8     u64 LE XXH3-64 of the N index bytes
@@ -27,15 +43,16 @@
 //
 // "data_offsets" are those of the equivalent plain safetensors file, so conversion back is exact.
 // A chunk holds `raw` bytes of the tensor (a multiple of the element size, at most 64 MiB): when
-// stored < raw its `stored` bytes are one zstd frame of the shuffled chunk; when stored == raw they
-// are the chunk's bytes unchanged; stored > raw is invalid. The hash is XXH3-64 (seed 0) of the
-// chunk's raw (unshuffled) bytes. The index is written last, so compressed sizes need not be known
-// in advance and the file streams to disk; the trailer finds the index.
+// stored < raw its `stored` bytes are one zstd frame of the transformed chunk; when stored == raw
+// they are the chunk's bytes unchanged; stored > raw is invalid. The hash is XXH3-64 (seed 0) of
+// the chunk's raw (untransformed) bytes. The index is written last, so compressed sizes need not be
+// known in advance and the file streams to disk; the trailer finds the index.
 //
-// Compression runs chunks in parallel on oneTBB (a pipeline: read/convert, shuffle + compress in
+// Compression runs chunks in parallel on oneTBB (a pipeline: read/convert, transform + compress in
 // parallel, write in order), with memory bounded by 2 chunks in flight per thread.
 #pragma once
 
+#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/task_arena.h>
@@ -47,6 +64,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -72,17 +90,61 @@ inline constexpr std::array<unsigned char, 8> compressed_magic = {0x89, 'H',  'C
 /// Last 8 bytes of a compressed tensor file.
 inline constexpr std::array<unsigned char, 8> compressed_end_magic = {'H', 'C', 'T', '-',
                                                                       'E', 'N', 'D', '\n'};
-/// The format version this header writes and reads.
-inline constexpr std::uint32_t compressed_version = 1;
+/// The format version this header writes (it reads 1 and 2; version 1 files have "shuffle-zstd"
+/// tensors only).
+inline constexpr std::uint32_t compressed_version = 2;
+/// The oldest format version this header reads.
+inline constexpr std::uint32_t compressed_min_version = 1;
 /// The largest chunk a reader accepts (bounds the memory a damaged index can demand).
 inline constexpr std::uint64_t max_chunk_bytes = std::uint64_t{64} << 20;
 /// The suffix of compressed tensor files.
 inline constexpr std::string_view compressed_suffix = ".hct";
 
+/// How a tensor's chunks are rearranged before zstd (the tensor's "encoding" in the index).
+enum class chunk_transform : std::uint8_t {
+  shuffle,      ///< "shuffle-zstd": byte planes (any dtype)
+  split,        ///< "split-zstd": exponent plane, sign + top mantissa plane, ... (F32, BF16)
+  split_delta,  ///< "split-delta-zstd": as split, exponents as deltas from the previous (F32, BF16)
+};
+
+/// The encoding name of a transform in the index.
+[[nodiscard]] constexpr std::string_view encoding_name(chunk_transform t) noexcept {
+  switch (t) {
+    case chunk_transform::shuffle:
+      return "shuffle-zstd";
+    case chunk_transform::split:
+      return "split-zstd";
+    case chunk_transform::split_delta:
+      return "split-delta-zstd";
+  }
+  return "shuffle-zstd";
+}
+
+/// The transform an encoding name denotes, or nullopt for names this hone does not know.
+[[nodiscard]] constexpr std::optional<chunk_transform> transform_of_encoding(
+    std::string_view name) noexcept {
+  for (const auto t :
+       {chunk_transform::shuffle, chunk_transform::split, chunk_transform::split_delta}) {
+    if (name == encoding_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+/// Whether transform `t` applies to tensors of `type` (the split transforms need an 8-bit
+/// exponent field: F32 and BF16).
+[[nodiscard]] constexpr bool transform_applies(chunk_transform t, dtype type) noexcept {
+  return t == chunk_transform::shuffle || type == dtype::f32 || type == dtype::bf16;
+}
+
 /// How to compress.
 struct compression_options {
   int level = 1;  // zstd level (1 = fastest; negative: faster still)
   std::size_t chunk_bytes = std::size_t{1} << 20;  // raw bytes per chunk (rounded to elements)
+  /// The transform of every tensor it applies to (others use shuffle), or, when unset, for each
+  /// F32 or BF16 tensor the transform whose zstd output is smallest on a sample of the tensor's
+  /// first `sample_bytes` (shuffle for other dtypes).
+  std::optional<chunk_transform> transform = std::nullopt;
+  std::size_t sample_bytes = std::size_t{32} << 10;
 };
 
 /// Whether `start` (a file's first bytes) begins with the compressed tensor file magic.
@@ -128,6 +190,91 @@ inline void unshuffle_bytes(std::span<const std::byte> in, std::size_t item,
   }
 }
 
+namespace detail {
+inline std::uint32_t load_le(const std::byte* p, std::size_t item) noexcept {
+  std::uint32_t v = 0;
+  for (std::size_t k = item; k-- > 0;) v = (v << 8) | static_cast<std::uint32_t>(p[k]);
+  return v;
+}
+inline void store_le(std::byte* p, std::size_t item, std::uint32_t v) noexcept {
+  for (std::size_t k = 0; k < item; ++k) p[k] = static_cast<std::byte>((v >> (8 * k)) & 0xff);
+}
+
+// The split of an element of `Item` bytes (4: F32, 2: BF16) into Item byte planes.
+template <std::size_t Item, bool Delta>
+void split_floats(const std::byte* src, std::size_t n, std::byte* dst) noexcept {
+  constexpr unsigned mant = Item == 4 ? 23 : 7;
+  std::uint32_t prev = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t x = load_le(src + i * Item, Item);
+    const std::uint32_t e = (x >> mant) & 0xff;
+    const std::uint32_t m = x & ((std::uint32_t{1} << mant) - 1);
+    const std::uint32_t sign = x >> (8 * Item - 1);
+    dst[i] = static_cast<std::byte>((Delta ? e - prev : e) & 0xff);
+    prev = e;
+    dst[n + i] = static_cast<std::byte>((sign << 7) | (m >> (mant - 7)));
+    if constexpr (Item == 4) {
+      dst[2 * n + i] = static_cast<std::byte>((m >> 8) & 0xff);
+      dst[3 * n + i] = static_cast<std::byte>(m & 0xff);
+    }
+  }
+}
+template <std::size_t Item, bool Delta>
+void unsplit_floats(const std::byte* src, std::size_t n, std::byte* dst) noexcept {
+  constexpr unsigned mant = Item == 4 ? 23 : 7;
+  std::uint32_t prev = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto b0 = static_cast<std::uint32_t>(src[i]);
+    const std::uint32_t e = Delta ? (b0 + prev) & 0xff : b0;
+    prev = e;
+    const auto b1 = static_cast<std::uint32_t>(src[n + i]);
+    std::uint32_t m = (b1 & 0x7f) << (mant - 7);
+    if constexpr (Item == 4) {
+      m |= (static_cast<std::uint32_t>(src[2 * n + i]) << 8) |
+           static_cast<std::uint32_t>(src[3 * n + i]);
+    }
+    store_le(dst + i * Item, Item, ((b1 >> 7) << (8 * Item - 1)) | (e << mant) | m);
+  }
+}
+}  // namespace detail
+
+/// Applies transform `t` to `in` (whole elements of `item` bytes) into `out` (same size).
+/// config_error when the transform does not apply to elements of that size.
+inline void transform_bytes(chunk_transform t, std::span<const std::byte> in, std::size_t item,
+                            std::span<std::byte> out) {
+  if (t == chunk_transform::shuffle) return shuffle_bytes(in, item, out);
+  require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
+          "hone::checkpoint::transform_bytes: the split transforms take whole 2- or 4-byte "
+          "elements (BF16, F32)");
+  const std::size_t n = in.size() / item;
+  const bool delta = t == chunk_transform::split_delta;
+  if (item == 4) {
+    delta ? detail::split_floats<4, true>(in.data(), n, out.data())
+          : detail::split_floats<4, false>(in.data(), n, out.data());
+  } else {
+    delta ? detail::split_floats<2, true>(in.data(), n, out.data())
+          : detail::split_floats<2, false>(in.data(), n, out.data());
+  }
+}
+
+/// Inverse of transform_bytes.
+inline void untransform_bytes(chunk_transform t, std::span<const std::byte> in, std::size_t item,
+                              std::span<std::byte> out) {
+  if (t == chunk_transform::shuffle) return unshuffle_bytes(in, item, out);
+  require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
+          "hone::checkpoint::untransform_bytes: the split transforms take whole 2- or 4-byte "
+          "elements (BF16, F32)");
+  const std::size_t n = in.size() / item;
+  const bool delta = t == chunk_transform::split_delta;
+  if (item == 4) {
+    delta ? detail::unsplit_floats<4, true>(in.data(), n, out.data())
+          : detail::unsplit_floats<4, false>(in.data(), n, out.data());
+  } else {
+    delta ? detail::unsplit_floats<2, true>(in.data(), n, out.data())
+          : detail::unsplit_floats<2, false>(in.data(), n, out.data());
+  }
+}
+
 /// Where one chunk of a compressed tensor lies and what it must decode to.
 struct chunk_info {
   std::uint64_t raw_bytes = 0;     // bytes of the tensor it holds
@@ -145,8 +292,11 @@ struct zstd_dctx_deleter {
   void operator()(ZSTD_DCtx* c) const noexcept { ZSTD_freeDCtx(c); }
 };
 
-inline void append_chunks_json(std::string& out, std::span<const chunk_info> chunks) {
-  out += ",\"encoding\":\"shuffle-zstd\",\"chunks\":[";
+inline void append_chunks_json(std::string& out, chunk_transform t,
+                               std::span<const chunk_info> chunks) {
+  out += ",\"encoding\":\"";
+  out += encoding_name(t);
+  out += "\",\"chunks\":[";
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     if (c != 0) out += ',';
     out += '[';
@@ -162,10 +312,10 @@ inline void append_chunks_json(std::string& out, std::span<const chunk_info> chu
 
 /// Decodes one chunk (validated offsets) into `out` (raw_bytes long) and checks its hash.
 /// `scratch` is reused between calls.
-inline void decode_chunk(std::span<const std::byte> file, const chunk_info& c, std::size_t item,
-                         std::span<std::byte> out, std::vector<std::byte>& scratch, ZSTD_DCtx* dctx,
-                         std::string_view context, std::string_view name,
-                         std::size_t chunk_number) {
+inline void decode_chunk(std::span<const std::byte> file, const chunk_info& c,
+                         chunk_transform transform, std::size_t item, std::span<std::byte> out,
+                         std::vector<std::byte>& scratch, ZSTD_DCtx* dctx, std::string_view context,
+                         std::string_view name, std::size_t chunk_number) {
   const auto stored = file.subspan(static_cast<std::size_t>(c.file_offset),
                                    static_cast<std::size_t>(c.stored_bytes));
   const auto where = [&] {
@@ -184,11 +334,41 @@ inline void decode_chunk(std::span<const std::byte> file, const chunk_info& c, s
       fail(context, where() + " decompresses to " + std::to_string(r) + " bytes, not " +
                         std::to_string(c.raw_bytes));
     }
-    unshuffle_bytes(scratch, item, out);
+    untransform_bytes(transform, scratch, item, out);
   }
   if (hash64(out) != c.hash) {
     fail(context, where() + ": checksum mismatch (the file is damaged)");
   }
+}
+
+/// Compresses the transformed chunk `in` (`item` byte planes of equal size) into one zstd frame in
+/// `out` (at least ZSTD_compressBound(in.size()) bytes) and returns its size. Each plane ends a
+/// zstd block (ZSTD_e_flush), so no block mixes planes and each gets its own literal statistics
+/// (a small chunk would otherwise share one Huffman table between an exponent plane and mantissa
+/// noise). The frame decodes with any zstd decoder.
+inline std::size_t compress_planes(ZSTD_CCtx* cctx, std::span<const std::byte> in, std::size_t item,
+                                   std::span<std::byte> out, int level) {
+  const auto check = [](std::size_t r) {
+    if (ZSTD_isError(r)) {
+      throw error(std::string("hone: zstd compression failed: ") + ZSTD_getErrorName(r));
+    }
+    return r;
+  };
+  (void)check(ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only));
+  (void)check(ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level));
+  (void)check(ZSTD_CCtx_setPledgedSrcSize(cctx, in.size()));
+  const std::size_t plane = in.size() / item;
+  ZSTD_outBuffer dst{out.data(), out.size(), 0};
+  for (std::size_t p = 0; p < item; ++p) {
+    const bool last = p + 1 == item;
+    ZSTD_inBuffer src{in.data() + p * plane, last ? in.size() - p * plane : plane, 0};
+    const ZSTD_EndDirective mode = last ? ZSTD_e_end : ZSTD_e_flush;
+    // With dst at least ZSTD_compressBound(in.size()) each call completes (returns 0).
+    while (check(ZSTD_compressStream2(cctx, &dst, &src, mode)) != 0 || src.pos != src.size) {
+      if (dst.pos == dst.size) throw error("hone: zstd compression needs a larger output buffer");
+    }
+  }
+  return dst.pos;
 }
 
 /// The trailer of a compressed file.
@@ -241,6 +421,12 @@ class compressed_file {
     const auto [first, count] = chunk_range_[position(t)];
     return std::span<const chunk_info>(chunks_).subspan(first, count);
   }
+  /// The transform of tensor `t`'s chunks (its "encoding").
+  [[nodiscard]] chunk_transform transform(const tensor_info& t) const {
+    return transforms_[position(t)];
+  }
+  /// The file's format version (1 or 2).
+  [[nodiscard]] std::uint32_t version() const noexcept { return version_; }
   /// Bytes tensor `t` occupies in this file.
   [[nodiscard]] std::uint64_t stored_bytes(const tensor_info& t) const {
     std::uint64_t n = 0;
@@ -269,6 +455,7 @@ class compressed_file {
     }
     const std::size_t in_item = dtype_size(t.type);
     const std::size_t out_item = dtype_size(to);
+    const chunk_transform tr = transform(t);
     const auto decode_range = [&](std::size_t lo, std::size_t hi) {
       std::unique_ptr<ZSTD_DCtx, detail::zstd_dctx_deleter> dctx(ZSTD_createDCtx());
       if (!dctx) throw allocation_error("hone: cannot create a zstd decompression context", 0);
@@ -280,11 +467,12 @@ class compressed_file {
         const std::size_t elems = static_cast<std::size_t>(c.raw_bytes / in_item);
         auto dst = out.subspan(first_elem * out_item, elems * out_item);
         if (to == t.type) {
-          detail::decode_chunk(bytes_, c, in_item, dst, scratch, dctx.get(), context_, t.name, i);
+          detail::decode_chunk(bytes_, c, tr, in_item, dst, scratch, dctx.get(), context_, t.name,
+                               i);
         } else {
           converted.resize(static_cast<std::size_t>(c.raw_bytes));
-          detail::decode_chunk(bytes_, c, in_item, converted, scratch, dctx.get(), context_, t.name,
-                               i);
+          detail::decode_chunk(bytes_, c, tr, in_item, converted, scratch, dctx.get(), context_,
+                               t.name, i);
           convert(converted, t.type, dst, to);
         }
       }
@@ -313,8 +501,8 @@ class compressed_file {
     const auto cs = chunks(t);
     for (std::size_t i = 0; i < cs.size(); ++i) {
       raw.resize(static_cast<std::size_t>(cs[i].raw_bytes));
-      detail::decode_chunk(bytes_, cs[i], dtype_size(t.type), raw, scratch, dctx.get(), context_,
-                           t.name, i);
+      detail::decode_chunk(bytes_, cs[i], transform(t), dtype_size(t.type), raw, scratch,
+                           dctx.get(), context_, t.name, i);
       sink(std::span<const std::byte>(raw));
     }
   }
@@ -343,11 +531,13 @@ class compressed_file {
       fail(context_, "does not start with the magic bytes of a hone compressed tensor file");
     }
     const std::uint32_t version = detail::read_u32_le(bytes.data() + 8);
-    if (version != compressed_version) {
+    if (version < compressed_min_version || version > compressed_version) {
       fail(context_, "is a compressed tensor file of format version " + std::to_string(version) +
-                         "; this hone reads version " + std::to_string(compressed_version) +
+                         "; this hone reads versions " + std::to_string(compressed_min_version) +
+                         " to " + std::to_string(compressed_version) +
                          (version > compressed_version ? " (written by a newer hone?)" : ""));
     }
+    version_ = version;
     if (const std::uint32_t flags = detail::read_u32_le(bytes.data() + 12); flags != 0) {
       fail(context_, "has unknown flags " + std::to_string(flags) + " in its prelude");
     }
@@ -384,8 +574,18 @@ class compressed_file {
     for (auto& e : entries) {
       const std::string who = "tensor " + detail::quote_name(e.info.name);
       const json::value* enc = e.object->find("encoding");
-      if (enc == nullptr || !enc->is_string() || enc->as_string() != "shuffle-zstd") {
-        fail(context_, who + ": \"encoding\" must be \"shuffle-zstd\"");
+      const auto tr = enc != nullptr && enc->is_string() ? transform_of_encoding(enc->as_string())
+                                                         : std::nullopt;
+      if (!tr || (version == 1 && *tr != chunk_transform::shuffle)) {
+        fail(context_,
+             who + (version == 1 ? ": \"encoding\" must be \"shuffle-zstd\" in a version 1 file"
+                                 : ": \"encoding\" must be \"shuffle-zstd\", \"split-zstd\" or "
+                                   "\"split-delta-zstd\""));
+      }
+      if (!transform_applies(*tr, e.info.type)) {
+        fail(context_, who + ": encoding \"" + std::string(encoding_name(*tr)) +
+                           "\" applies to F32 and BF16 tensors only, not " +
+                           std::string(dtype_name(e.info.type)));
       }
       const json::value* list = e.object->find("chunks");
       if (list == nullptr || !list->is_array()) {
@@ -434,6 +634,7 @@ class compressed_file {
                            " bytes, the tensor has " + std::to_string(e.info.size_bytes()));
       }
       chunk_range_.emplace_back(first, chunks_.size() - first);
+      transforms_.push_back(*tr);
       tensors_.push_back(std::move(e.info));
     }
     if (file_offset != index_offset) {
@@ -451,7 +652,59 @@ class compressed_file {
   detail::name_index index_;
   std::vector<chunk_info> chunks_;
   std::vector<std::pair<std::size_t, std::size_t>> chunk_range_;  // per tensor: first, count
+  std::vector<chunk_transform> transforms_;                       // per tensor
+  std::uint32_t version_ = compressed_version;
 };
+
+namespace detail {
+/// The transform of each tensor of `layout` (see compression_options::transform), reading samples
+/// through `writer`; the samples are compressed in parallel on oneTBB.
+inline std::vector<chunk_transform> choose_transforms(const tensor_writer& writer,
+                                                      const std::vector<tensor_info>& layout,
+                                                      const std::vector<std::size_t>& order,
+                                                      const compression_options& options) {
+  std::vector<chunk_transform> out(layout.size(), chunk_transform::shuffle);
+  const auto splits = [](dtype t) { return transform_applies(chunk_transform::split, t); };
+  if (options.transform) {
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      if (transform_applies(*options.transform, layout[i].type)) out[i] = *options.transform;
+    }
+    return out;
+  }
+  std::vector<std::size_t> candidates;
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    if (splits(layout[i].type) && layout[i].size_bytes() > 0) candidates.push_back(i);
+  }
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, candidates.size(), 1),
+      [&](const tbb::blocked_range<std::size_t>& r) {
+        std::unique_ptr<ZSTD_CCtx, zstd_cctx_deleter> cctx(ZSTD_createCCtx());
+        if (!cctx) throw allocation_error("hone: cannot create a zstd compression context", 0);
+        std::vector<std::byte> raw, moved, packed;
+        for (std::size_t k = r.begin(); k != r.end(); ++k) {
+          const std::size_t i = candidates[k];
+          const std::size_t item = dtype_size(layout[i].type);
+          const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
+              layout[i].size_bytes(), std::max(item, options.sample_bytes / item * item)));
+          raw.resize(n);
+          moved.resize(n);
+          packed.resize(ZSTD_compressBound(n));
+          writer.read_stored(order[i], 0, raw);
+          std::size_t best = std::numeric_limits<std::size_t>::max();
+          for (const auto t :
+               {chunk_transform::shuffle, chunk_transform::split, chunk_transform::split_delta}) {
+            transform_bytes(t, raw, item, moved);
+            const std::size_t z = compress_planes(cctx.get(), moved, item, packed, options.level);
+            if (z < best) {
+              best = z;
+              out[i] = t;
+            }
+          }
+        }
+      });
+  return out;
+}
+}  // namespace detail
 
 /// Writes the tensors of `writer` as a compressed tensor file to `sink` (anything with
 /// write(std::span<const std::byte>)). Runs on the caller's oneTBB arena.
@@ -463,8 +716,11 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
               std::to_string(ZSTD_minCLevel()) + ", " + std::to_string(ZSTD_maxCLevel()) + "]");
   require(options.chunk_bytes >= 8 && options.chunk_bytes <= max_chunk_bytes,
           "hone::checkpoint: chunk_bytes must be between 8 and " + std::to_string(max_chunk_bytes));
+  require(options.sample_bytes > 0, "hone::checkpoint: compression sample_bytes must be positive");
   const std::vector<tensor_info> layout = writer.layout();
   const std::vector<std::size_t> order = writer.file_order();
+  const std::vector<chunk_transform> transforms =
+      detail::choose_transforms(writer, layout, order, options);
 
   std::array<std::byte, detail::prelude_bytes> prelude{};
   for (std::size_t i = 0; i < compressed_magic.size(); ++i) {
@@ -519,7 +775,7 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         j->info.raw_bytes = j->length;
         j->info.hash = hash64(j->raw);
         j->shuffled.resize(j->length);
-        shuffle_bytes(j->raw, item, j->shuffled);
+        transform_bytes(transforms[j->tensor], j->raw, item, j->shuffled);
         if (!j->cctx) {
           j->cctx.reset(ZSTD_createCCtx());
           if (!j->cctx) {
@@ -528,11 +784,7 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         }
         j->packed.resize(ZSTD_compressBound(j->length));
         const std::size_t r =
-            ZSTD_compressCCtx(j->cctx.get(), j->packed.data(), j->packed.size(), j->shuffled.data(),
-                              j->shuffled.size(), options.level);
-        if (ZSTD_isError(r)) {
-          throw error(std::string("hone: zstd compression failed: ") + ZSTD_getErrorName(r));
-        }
+            detail::compress_planes(j->cctx.get(), j->shuffled, item, j->packed, options.level);
         j->info.stored_bytes = r < j->length ? r : j->length;
         return j;
       }) & tbb::make_filter<job*, void>(tbb::filter_mode::serial_in_order, [&](job* j) {
@@ -545,9 +797,10 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
       }));
 
   std::string index;
-  detail::append_header_json(
-      index, layout, writer.metadata(),
-      [&](std::size_t i, std::string& out) { detail::append_chunks_json(out, chunks[i]); });
+  detail::append_header_json(index, layout, writer.metadata(),
+                             [&](std::size_t i, std::string& out) {
+                               detail::append_chunks_json(out, transforms[i], chunks[i]);
+                             });
   require(index.size() <= max_header_bytes,
           "hone::checkpoint: the compressed file's index would exceed " +
               std::to_string(max_header_bytes) + " bytes; use larger chunks");

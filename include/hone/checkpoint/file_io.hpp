@@ -130,16 +130,25 @@ enum class create_mode {
   exclusive,  // create; io_error (EEXIST) if the path exists
 };
 
+/// Whether output_file hashes what it writes.
+enum class write_hashing {
+  on,   // XXH3-128 of every byte written, in write()
+  off,  // the caller hashes the same bytes itself (e.g. on another thread); digest().hash is zero
+};
+
 /// A file being written: every byte goes through write(), which loops over short writes and EINTR
-/// and hashes what it wrote. Call sync() for durability and close() to see close()'s error; the
-/// destructor closes silently (a file abandoned by an exception is the caller's to remove).
+/// and hashes what it wrote (unless write_hashing::off). Call sync() for durability and close() to
+/// see close()'s error; the destructor closes silently (a file abandoned by an exception is the
+/// caller's to remove).
 class output_file {
  public:
-  explicit output_file(std::filesystem::path path, create_mode mode = create_mode::truncate)
+  explicit output_file(std::filesystem::path path, create_mode mode = create_mode::truncate,
+                       write_hashing hashing = write_hashing::on)
       : path_(std::move(path)),
         fd_(detail::open_or_throw(
             path_, O_WRONLY | O_CREAT | (mode == create_mode::exclusive ? O_EXCL : O_TRUNC),
-            "create", 0644)) {}
+            "create", 0644)),
+        hashing_(hashing) {}
 
   /// Writes all of `bytes` (io_error on failure, "disk full" on ENOSPC/EDQUOT).
   void write(std::span<const std::byte> bytes) {
@@ -153,7 +162,7 @@ class output_file {
       }
       if (w == 0) throw_io_error("write", path_, EIO);
       const auto done = static_cast<std::size_t>(w);
-      hasher_.update(bytes.first(done));
+      if (hashing_ == write_hashing::on) hasher_.update(bytes.first(done));
       size_ += done;
       bytes = bytes.subspan(done);
     }
@@ -185,6 +194,7 @@ class output_file {
   }
   std::filesystem::path path_;
   detail::unique_fd fd_;
+  write_hashing hashing_ = write_hashing::on;
   hasher hasher_;
   std::uint64_t size_ = 0;
 };

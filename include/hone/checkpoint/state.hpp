@@ -12,14 +12,16 @@
 //     "schedule": {...},
 //     "rng": {"dropout": "<engine state>", ...},
 //     "data": {...},
-//     "metadata": {"run": "abc", ...}
+//     "metadata": {"run": "abc", ...},
+//     "early_stopping": {...}
 //   }
 //
 // "format", "version" and "step" are required; "loss_scale" is absent or null without a scaler;
 // "schedule" and "data" are free JSON objects owned by the schedule and the data loader; "rng" and
-// "metadata" map names to strings. Numbers round-trip exactly (the scale is written in the
-// shortest form that reads back as the same float). Unknown top-level fields are refused: a state
-// this hone does not fully understand is not silently half-restored.
+// "metadata" map names to strings; "early_stopping" (optional) is an object written by
+// trainer_checkpoint.hpp's capture_early_stopping(). Numbers round-trip exactly (the scale is
+// written in the shortest form that reads back as the same float). Unknown top-level fields are
+// refused: a state this hone does not fully understand is not silently half-restored.
 #pragma once
 
 #include <cmath>
@@ -58,6 +60,7 @@ struct training_state {
   std::map<std::string, std::string, std::less<>> rng;  // every RNG: name -> engine state text
   json::value data = json::value::object();             // data position (free object)
   std::map<std::string, std::string, std::less<>> metadata;  // user metadata
+  json::value early_stopping;  // null, or the early-stopping state (capture_early_stopping)
 
   friend bool operator==(const training_state&, const training_state&) = default;
 };
@@ -117,6 +120,11 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
   json::value meta = json::value::object();
   for (const auto& [k, v] : s.metadata) meta.set(k, json::value(v));
   root.set("metadata", std::move(meta));
+  if (!s.early_stopping.is_null()) {
+    require(s.early_stopping.is_object(),
+            "hone::checkpoint::to_json: training_state::early_stopping must be null or an object");
+    root.set("early_stopping", s.early_stopping);
+  }
   std::string out = root.dump(2);
   out += '\n';
   return out;
@@ -171,7 +179,7 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
   for (const auto& [k, v] : root.as_object()) {
     (void)v;
     if (k != "format" && k != "version" && k != "step" && k != "loss_scale" && k != "schedule" &&
-        k != "rng" && k != "data" && k != "metadata") {
+        k != "rng" && k != "data" && k != "metadata" && k != "early_stopping") {
       state_fail(context, "unknown field \"" + k.substr(0, 200) + "\" (written by a newer hone?)");
     }
   }
@@ -228,6 +236,10 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
   if (const json::value* v = root.find("rng")) s.rng = detail::string_map(*v, context, "rng");
   if (const json::value* v = root.find("metadata")) {
     s.metadata = detail::string_map(*v, context, "metadata");
+  }
+  if (const json::value* v = root.find("early_stopping"); v != nullptr && !v->is_null()) {
+    if (!v->is_object()) state_fail(context, "field \"early_stopping\" must be an object or null");
+    s.early_stopping = *v;
   }
   return s;
 }

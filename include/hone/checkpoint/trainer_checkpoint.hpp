@@ -9,6 +9,12 @@
 //   ck::training_state st = ck::restore(t, c->path); // weights, moments, step, scaler
 //   ck::restore_rng(data_rng, st.rng.at("data"), "data");
 //
+// Early stopping (hone/train/early_stopping.hpp) resumes too: capture_early_stopping() adds its
+// state to state.json ("early_stopping") and, with a best_weights_keeper, the snapshot of the best
+// weights to best.safetensors (one U8 tensor "best_weights": the keeper's bytes; a separate file,
+// so model.safetensors stays the current weights, loadable as they are); restore_early_stopping()
+// puts both back.
+//
 // content_policy::full saves the fp32 master weights as F32 (unless trainer_save_options::
 // export_weights with weights_dtype says otherwise), the optimizer state (optimizer.safetensors,
 // one tensor per state arena and parameter: "exp_avg.fc1.weight") and state.json with the step, the
@@ -18,6 +24,7 @@
 // weights_dtype) and state.json.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -33,6 +40,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
+#include "hone/train/early_stopping.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -138,6 +146,129 @@ training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify
   t.set_steps_done(st.step);
   if (st.loss_scale) t.scaler().load_state(*st.loss_scale);
   return st;
+}
+
+/// The file of the early-stopping best weights in a checkpoint.
+inline constexpr std::string_view early_stopping_best_file = "best.safetensors";
+
+namespace detail {
+inline json::value es_number(double v) {
+  char text[32];
+  const auto r = std::to_chars(text, text + sizeof(text), v);
+  return json::value(std::string(text, r.ptr));  // exact, and "inf"/"nan" survive JSON
+}
+inline double es_parse_number(const json::value& v, std::string_view field) {
+  if (v.is_string()) {
+    const std::string& t = v.as_string();
+    double out = 0.0;
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), out);
+    if (r.ec == std::errc() && r.ptr == t.data() + t.size()) return out;
+  }
+  throw checkpoint_error("early_stopping." + std::string(field) +
+                         " is not a number written as text");
+}
+inline json::value es_optional(const std::optional<std::uint64_t>& v) {
+  return v ? json::value(*v) : json::value(nullptr);
+}
+inline const json::value& es_field(const json::value& o, std::string_view field) {
+  const json::value* v = o.find(field);
+  if (v == nullptr) {
+    throw checkpoint_error("early_stopping has no field \"" + std::string(field) + "\"");
+  }
+  return *v;
+}
+inline std::optional<std::uint64_t> es_parse_optional(const json::value& v) {
+  if (v.is_null()) return std::nullopt;
+  return v.as_u64();
+}
+}  // namespace detail
+
+/// Adds early stopping's state to the snapshot's state.json and, when `keeper` has a snapshot,
+/// the best weights to best.safetensors. Call it after capture() (which sets the state).
+inline void capture_early_stopping(const early_stopping& es, snapshot& s,
+                                   const best_weights_keeper* keeper = nullptr) {
+  const early_stopping_state st = es.state();
+  const bool weights = keeper != nullptr && keeper->has_snapshot();
+  json::value o = json::value::object();
+  o.set("mode", es.options().mode == monitor_mode::min ? "min" : "max");
+  o.set("patience", es.options().patience);
+  o.set("best", detail::es_number(st.best));
+  o.set("best_step", detail::es_optional(st.best_step));
+  o.set("stop_step", detail::es_optional(st.stop_step));
+  o.set("last", detail::es_number(st.last));
+  o.set("wait_count", st.wait_count);
+  o.set("stop_wait", st.stop_wait);
+  o.set("stop_metric", detail::es_number(st.stop_metric));
+  o.set("checks", st.checks);
+  o.set("improved", st.improved);
+  o.set("reason", to_string(st.reason));
+  o.set("best_weights", weights);
+  if (weights) {
+    const auto b = keeper->snapshot_bytes();
+    s.add_bytes(early_stopping_best_file, "best_weights", dtype::u8, dtype::u8, {b.size()}, b);
+  }
+  s.state.early_stopping = std::move(o);
+}
+
+/// Restores early stopping (and the keeper's snapshot, when one was saved and `keeper` is given)
+/// from the checkpoint directory `dir` whose state.json gave `st`. checkpoint_error when the
+/// checkpoint has no early-stopping state, when it was saved with another mode or patience, or
+/// when the best weights were saved but `keeper` tracks arrays of another size.
+inline void restore_early_stopping(early_stopping& es, const std::filesystem::path& dir,
+                                   const training_state& st,
+                                   best_weights_keeper* keeper = nullptr) {
+  const std::string where = "hone: checkpoint '" + dir.string() + "': ";
+  if (!st.early_stopping.is_object()) {
+    throw checkpoint_error(where +
+                           "has no early-stopping state (saved without capture_early_stopping?)");
+  }
+  const json::value& o = st.early_stopping;
+  const std::string want_mode = es.options().mode == monitor_mode::min ? "min" : "max";
+  early_stopping_state s;
+  bool saved_weights = false;
+  try {
+    const std::string mode = detail::es_field(o, "mode").as_string();
+    const std::uint64_t patience = detail::es_field(o, "patience").as_u64();
+    if (mode != want_mode || patience != es.options().patience) {
+      throw checkpoint_error("it was saved with mode " + mode + " and patience " +
+                             std::to_string(patience) + ", this early_stopping has mode " +
+                             want_mode + " and patience " + std::to_string(es.options().patience) +
+                             "; resume with the same options");
+    }
+    s.best = detail::es_parse_number(detail::es_field(o, "best"), "best");
+    s.best_step = detail::es_parse_optional(detail::es_field(o, "best_step"));
+    s.stop_step = detail::es_parse_optional(detail::es_field(o, "stop_step"));
+    s.last = detail::es_parse_number(detail::es_field(o, "last"), "last");
+    s.wait_count = detail::es_field(o, "wait_count").as_u64();
+    s.stop_wait = detail::es_field(o, "stop_wait").as_u64();
+    s.stop_metric = detail::es_parse_number(detail::es_field(o, "stop_metric"), "stop_metric");
+    s.checks = detail::es_field(o, "checks").as_u64();
+    s.improved = detail::es_field(o, "improved").as_bool();
+    const auto reason = stop_reason_from_string(detail::es_field(o, "reason").as_string());
+    if (!reason) throw checkpoint_error("early_stopping.reason is not a stop reason");
+    s.reason = *reason;
+    saved_weights = detail::es_field(o, "best_weights").as_bool();
+    es.restore(s);
+  } catch (const checkpoint_error& e) {
+    throw checkpoint_error(where + "early-stopping state: " + e.what());
+  } catch (const config_error& e) {
+    throw checkpoint_error(where + "early-stopping state: " + e.what());
+  }
+  if (keeper == nullptr) return;
+  if (!saved_weights) {
+    keeper->discard();
+    return;
+  }
+  const tensor_file f = tensor_file::open(dir / early_stopping_best_file);
+  const tensor_info& t = f.at("best_weights");
+  if (t.type != dtype::u8 || t.size_bytes() != keeper->bytes()) {
+    throw checkpoint_error(where + "the saved best weights have " + std::to_string(t.size_bytes()) +
+                           " bytes, the keeper tracks " + std::to_string(keeper->bytes()) +
+                           "; track the same arrays as the run that saved them");
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(t.size_bytes()));
+  f.read(t, bytes);
+  keeper->restore_snapshot(bytes);
 }
 
 }  // namespace checkpoint

@@ -22,6 +22,13 @@
 //     comparison with NaN is false), +inf likewise, and -inf (min mode) is a new best;
 //   - stopping_threshold: stop once the metric is better than it (strictly);
 //     divergence_threshold: stop once the metric is worse than it (strictly).
+// Resuming: state() returns everything update() has accumulated (best value and step, wait
+// count, checks, the stop decision) and restore() puts it back into an early_stopping with the
+// same options, so a resumed run stops at the same check as one that never stopped;
+// best_weights_keeper's snapshot_bytes() / restore_snapshot() do the same for the best weights.
+// hone/checkpoint/trainer_checkpoint.hpp saves both in a checkpoint (state.json and
+// best.safetensors).
+//
 // One deliberate difference: Lightning checks the two thresholds before the improvement and so
 // does not record a metric that crossed the stopping threshold as the best; hone records the
 // improvement first (the metric that reached the target is the best one, and the weights kept by
@@ -38,6 +45,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -124,6 +132,25 @@ class best_weights_keeper {
     }
   }
 
+  /// The bytes of the last snapshot (the tracked arrays back to back, in track() order); empty
+  /// when there is none. What a checkpoint saves to restore the best weights after a resume.
+  [[nodiscard]] std::span<const std::byte> snapshot_bytes() const noexcept {
+    return has_snapshot_ ? std::span<const std::byte>(storage_.data(), bytes_)
+                         : std::span<const std::byte>();
+  }
+
+  /// Makes `bytes` (a snapshot_bytes() of a keeper tracking arrays of the same sizes) the
+  /// snapshot, without touching the tracked arrays; restore() then copies it back. Throws
+  /// hone::config_error when the size differs from bytes().
+  void restore_snapshot(std::span<const std::byte> bytes) {
+    require(bytes.size() == bytes_,
+            "hone::best_weights_keeper::restore_snapshot: the saved snapshot has " +
+                std::to_string(bytes.size()) + " bytes, the tracked arrays " +
+                std::to_string(bytes_) + "; track the same arrays as the run that saved it.");
+    storage_.assign(bytes.begin(), bytes.end());
+    has_snapshot_ = true;
+  }
+
   /// Forgets the snapshot (the buffer stays allocated).
   void discard() noexcept { has_snapshot_ = false; }
 
@@ -197,6 +224,29 @@ struct early_stopping_options {
   /// Stop as soon as the metric is worse than this (training diverged).
   std::optional<double> divergence_threshold = std::nullopt;
 };
+
+/// Everything early_stopping accumulates between checks (see early_stopping::state()).
+struct early_stopping_state {
+  double best = std::numeric_limits<double>::infinity();  ///< +-inf before the first improvement
+  std::optional<std::uint64_t> best_step;
+  std::optional<std::uint64_t> stop_step;
+  double last = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t wait_count = 0;
+  std::uint64_t stop_wait = 0;
+  double stop_metric = 0.0;
+  std::uint64_t checks = 0;
+  bool improved = false;
+  stop_reason reason = stop_reason::none;
+};
+
+/// The stop_reason named `name` (to_string's text), or nullopt.
+inline std::optional<stop_reason> stop_reason_from_string(std::string_view name) noexcept {
+  for (const auto r : {stop_reason::none, stop_reason::patience, stop_reason::non_finite,
+                       stop_reason::stopping_threshold, stop_reason::divergence_threshold}) {
+    if (name == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
 
 /// Monitors one metric, checked by update() once per evaluation (see the file comment).
 class early_stopping {
@@ -308,6 +358,38 @@ class early_stopping {
                best_text + ".";
     }
     return {};
+  }
+
+  /// Everything update() has accumulated, for a checkpoint.
+  [[nodiscard]] early_stopping_state state() const noexcept {
+    return {best_,      best_step_,   stop_step_, last_,     wait_count_,
+            stop_wait_, stop_metric_, checks_,    improved_, reason_};
+  }
+
+  /// Puts back a state() saved from an early_stopping with the same options: later update()s
+  /// behave exactly as they would have in the saved object. Throws hone::config_error when the
+  /// state is inconsistent (a stop reason without a stop step or the reverse, a best step with an
+  /// infinite best, more waits than checks).
+  void restore(const early_stopping_state& s) {
+    require((s.reason == stop_reason::none) == !s.stop_step.has_value(),
+            "hone::early_stopping::restore: the state has a stop reason without a stop step, or "
+            "a stop step without a reason; it was not produced by state().");
+    require(s.wait_count <= s.checks && s.stop_wait <= s.checks,
+            "hone::early_stopping::restore: the state counts more checks without improvement "
+            "than checks; it was not produced by state().");
+    require(!s.best_step || !std::isinf(s.best) || !options_.check_finite,
+            "hone::early_stopping::restore: the state has a best step but an infinite best "
+            "value; it was not produced by state() with these options.");
+    best_ = s.best;
+    best_step_ = s.best_step;
+    stop_step_ = s.stop_step;
+    last_ = s.last;
+    wait_count_ = s.wait_count;
+    stop_wait_ = s.stop_wait;
+    stop_metric_ = s.stop_metric;
+    checks_ = s.checks;
+    improved_ = s.improved;
+    reason_ = s.reason;
   }
 
   /// Back to the state after construction (same options).
