@@ -12,14 +12,21 @@
 // with the best weights restored at the end. The precision is a runtime flag, the model's element
 // type a template parameter: main() dispatches to one of three instantiations of train<>().
 //
-// With --checkpoint-dir it saves checkpoints (hone::checkpoint: atomic step-N directories, sync
-// or --checkpoint-async, --keep N) holding the weights, the AdamW moments, the step, the loss
-// scaler, and the batch order's RNG and position, so --resume continues bit for bit where the
-// newest valid checkpoint left off.
+// --device picks where: the CPU model above (xtensor, mlp.hpp), or, in a build with CUDA
+// (HONE_ENABLE_CUDA), the same MLP on the GPU (mlp_cuda.cuh: cuBLAS GEMMs and small CUDA kernels,
+// same initial weights from the same seed) trained by hone::trainer's CUDA implementation with
+// the same policies (train_cuda() below; train_cuda.cu instantiates it, cuda_trainer.hpp is its
+// plain C++ face, so this file stays a host file). auto picks the GPU when one is visible.
+//
+// With --checkpoint-dir (CPU path only, for now) it saves checkpoints (hone::checkpoint: atomic
+// step-N directories, sync or --checkpoint-async, --keep N) holding the weights, the AdamW moments,
+// the step, the loss scaler, and the batch order's RNG and position, so --resume continues bit for
+// bit where the newest valid checkpoint left off.
 //
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
 // prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
-// 3 final accuracy below --min-accuracy.
+// 3 final accuracy below --min-accuracy, 77 --device cuda without a visible CUDA device (CTest's
+// "skipped").
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -42,6 +49,7 @@
 #include <hone/train/early_stopping.hpp>
 #include <hone/train/trainer.hpp>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,6 +62,9 @@
 #include "common/progress.hpp"
 #include "dataset.hpp"
 #include "mlp.hpp"
+#if TRAIN_MLP_WITH_CUDA
+#include "cuda_trainer.hpp"  // the CUDA path (train_cuda.cu), built with HONE_ENABLE_CUDA
+#endif
 
 namespace {
 
@@ -71,6 +82,7 @@ struct options {
   std::size_t hidden = 64;
   std::uint64_t seed = 1;
   device_kind device = device_kind::automatic;
+  std::string device_reason;  // why --device auto chose the CPU (set by main)
   std::filesystem::path out = "train_mlp_out";
   std::optional<double> min_accuracy;  // percent
   std::optional<std::filesystem::path> checkpoint_dir;
@@ -92,7 +104,8 @@ constexpr const char* usage_text =
     "  --patience N                early stopping: validations without improvement (default 8)\n"
     "  --hidden N                  width of the two hidden layers (default 64)\n"
     "  --seed N                    seed of the initial weights and the batch order (default 1)\n"
-    "  --device cpu|cuda|auto      where to train (default auto)\n"
+    "  --device cpu|cuda|auto      where to train (default auto: cuda if this build has it and\n"
+    "                              a GPU is visible, and no checkpoints are asked for)\n"
     "  --out DIR                   where metrics.csv and curves.png go (default train_mlp_out)\n"
     "  --min-accuracy X            exit with status 3 if the final test accuracy (%) is below X\n"
     "  --checkpoint-dir DIR        save checkpoints under DIR (DIR/step-000000100, ...)\n"
@@ -234,13 +247,23 @@ options parse_flags(int argc, char** argv) {
     bad_flag("--accumulate " + std::to_string(o.accumulate) + " is more than --batch " +
              std::to_string(o.batch) + ": every micro-batch needs at least one sample");
   }
-  if (o.device == device_kind::cuda) {
-    // hone has no CUDA trainer yet, so this example has only its CPU path; say so rather than
-    // fall back silently.
+#if TRAIN_MLP_WITH_CUDA
+  if (o.device == device_kind::cuda && o.checkpoint_dir) {
+    // hone's checkpoint helpers read the trainer's state from host memory; the CUDA path keeps
+    // it on the device. Say so rather than train without the checkpoints asked for.
     bad_flag(
-        "--device cuda is not available: the CUDA/cuBLAS path of this example is not implemented "
-        "yet (hone has no CUDA trainer yet). Use --device cpu (or auto).");
+        "--checkpoint-dir works only with --device cpu for now: hone's checkpoint helpers read "
+        "host memory, and the CUDA path keeps its weights and optimizer state on the GPU. Use "
+        "--device cpu (or auto, which picks the CPU when checkpointing).");
   }
+#else
+  if (o.device == device_kind::cuda) {
+    // Say so rather than fall back to the CPU silently.
+    bad_flag(
+        "--device cuda is not available: this build of train_mlp has no CUDA (configure hone "
+        "with -DHONE_ENABLE_CUDA=ON, which needs the CUDA toolkit). Use --device cpu (or auto).");
+  }
+#endif
   return o;
 }
 
@@ -451,9 +474,7 @@ int train(const options& o, Precision precision) {
   std::printf("  early stopping on the validation loss (every %llu steps, patience %llu)\n",
               static_cast<unsigned long long>(o.eval_every),
               static_cast<unsigned long long>(o.patience));
-  std::printf("  device: cpu%s\n", o.device == device_kind::automatic
-                                       ? " (auto: this example has no CUDA path yet)"
-                                       : "");
+  std::printf("  device: cpu%s\n", o.device_reason.c_str());
 
   batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
 
@@ -614,10 +635,192 @@ int train(const options& o, Precision precision) {
   return 0;
 }
 
+#if TRAIN_MLP_WITH_CUDA
+/// The CUDA path: the device MLP of mlp_cuda.cuh (cuBLAS GEMMs and small kernels) trained by
+/// hone::trainer's CUDA implementation with the same policies as train() (train_cuda.cu builds
+/// both; cuda_trainer.hpp is their plain C++ face). Same dataset, initial weights, batch order,
+/// early stopping and outputs as train(); no checkpoints (parse_flags refuses them here).
+template <class Precision>
+int train_cuda(const options& o, Precision precision) {
+  const train_mlp::dataset data = train_mlp::make_spiral({});
+  const std::size_t features = data.features;
+  const std::unique_ptr<train_mlp::cuda::device_trainer> t = train_mlp::cuda::make_trainer(
+      {features, o.hidden, o.hidden, data.classes}, o.seed, precision,
+      hone::adamw{.weight_decay = 0.01f}, hone::clip_grad_norm{.max_norm = 1.0f},
+      hone::one_cycle{.max_lr = o.lr, .total_steps = o.steps});
+  // No weight decay on biases.
+  t->set_param_groups(hone::make_param_groups(
+      t->layout(), {{.match = hone::is_no_decay_name, .weight_decay = 0.0f}}));
+
+  hone::early_stopping stop(
+      {.mode = hone::monitor_mode::min, .patience = o.patience, .min_delta = 1e-4});
+  // The keeper snapshots a host copy of the device's master weights (refreshed before each
+  // validation's update below).
+  hone::best_weights_keeper best;
+  best.track(t->host_master_weights());
+
+  std::size_t parameters = 0;
+  for (std::size_t i = 0; i < t->layout().size(); ++i) parameters += t->layout()[i].count;
+  const std::size_t small = o.batch / o.accumulate, extra = o.batch % o.accumulate;
+  const std::string split =
+      extra == 0 ? format("%zu x %zu", o.accumulate, small)
+                 : format("%zu x %zu + %zu x %zu", extra, small + 1, o.accumulate - extra, small);
+  std::printf("train_mlp: %zu-arm spiral, %zu train / %zu validation / %zu test samples\n",
+              data.classes, data.train.size(), data.validation.size(), data.test.size());
+  std::printf(
+      "  model: MLP %zu-%zu-%zu-%zu (%zu parameters), %s weights and gradients%s\n", features,
+      o.hidden, o.hidden, data.classes, parameters, precision_name(o.precision),
+      t->zero_copy() ? " (the trainer updates them in place: zero copy)" : ", fp32 master weights");
+  std::printf(
+      "  step: %zu samples in micro-batches of %s, AdamW (weight decay 0.01, none on "
+      "biases), clip_grad_norm 1.0, OneCycle (peak lr %g, %llu steps)\n",
+      o.batch, split.c_str(), o.lr, static_cast<unsigned long long>(o.steps));
+  std::printf("  early stopping on the validation loss (every %llu steps, patience %llu)\n",
+              static_cast<unsigned long long>(o.eval_every),
+              static_cast<unsigned long long>(o.patience));
+  std::printf("  device: %s: cuBLAS GEMMs (fp32 accumulation) and CUDA kernels\n",
+              train_mlp::cuda::device_description().c_str());
+
+  batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
+  std::vector<metrics_row> rows;
+  rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
+  hone_examples::progress bar(o.steps);
+  std::uint64_t skipped = 0, skipped_in_a_row = 0;
+  std::optional<train_mlp::evaluation> last_validation;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::uint64_t step = 1; step <= o.steps; ++step) {
+    const hone::step_report r = t->step(batches.next());
+    metrics_row& row = rows.emplace_back(metrics_row{step, r, std::nullopt});
+    bool stopping = false;
+    if (step % o.eval_every == 0 || step == o.steps) {
+      row.validation = t->evaluate(data.validation, features);
+      last_validation = row.validation;
+      t->download_master_weights();  // what `best` snapshots on a new best
+      stopping = stop.update(row.validation->loss, step, best);
+    }
+    const std::string val_acc =
+        last_validation ? format("%.2f%%", 100.0 * last_validation->accuracy) : std::string("-");
+    bar.update(step, format("loss %.4f  lr %.2e  val_acc %s", static_cast<double>(r.loss),
+                            static_cast<double>(r.lr), val_acc.c_str()));
+    if (r.skipped) {  // an inf/NaN gradient: weights, moments and schedule did not move
+      ++skipped;
+      if (++skipped_in_a_row > 50) {
+        throw hone::error("training diverged: " + std::to_string(skipped_in_a_row) +
+                          " steps in a row had an inf/NaN gradient");
+      }
+      bar.note(format("step %5llu: inf/NaN gradient, update skipped (loss scale %g -> %g)",
+                      static_cast<unsigned long long>(step), static_cast<double>(r.loss_scale),
+                      static_cast<double>(t->loss_scale())));
+    } else {
+      skipped_in_a_row = 0;
+    }
+    if (row.validation) {
+      bar.note(
+          format("step %5llu/%llu  loss %.4f  grad_norm %.3f  lr %.2e  scale %g  "
+                 "val_loss %.4f  val_acc %6.2f%%",
+                 static_cast<unsigned long long>(step), static_cast<unsigned long long>(o.steps),
+                 static_cast<double>(r.loss), r.grad_norm, static_cast<double>(r.lr),
+                 static_cast<double>(r.loss_scale), row.validation->loss,
+                 100.0 * row.validation->accuracy));
+    }
+    if (o.stop_after && step >= *o.stop_after) {
+      bar.finish();
+      std::printf("stopped after step %llu (--stop-after), as if interrupted\n",
+                  static_cast<unsigned long long>(step));
+      return 0;
+    }
+    if (stopping) {
+      bar.note(stop.message());
+      break;
+    }
+  }
+  bar.finish();
+  t->download_master_weights();
+  std::printf("final master weights xxh3-128: %s\n",
+              hone::checkpoint::hash128(std::as_bytes(t->host_master_weights())).hex().c_str());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),
+              static_cast<unsigned long long>(t->steps_done()),
+              static_cast<unsigned long long>(skipped), seconds);
+
+  // Back to the weights with the best validation loss: the host copy into the device's master
+  // weights, then cast into the model's working weights.
+  if (best.has_snapshot()) {
+    best.restore();
+    t->upload_master_weights();
+    std::printf("restored the best weights: validation loss %.4f at step %llu\n", stop.best(),
+                static_cast<unsigned long long>(stop.best_step().value_or(0)));
+  }
+  const train_mlp::evaluation final_test = t->evaluate(data.test, features);
+  const double accuracy = 100.0 * final_test.accuracy;
+  std::printf("final test loss: %.4f\nfinal test accuracy: %.2f%%\n", final_test.loss, accuracy);
+
+  const std::filesystem::path csv = o.out / "metrics.csv", png = o.out / "curves.png";
+  write_csv(csv, rows);
+  write_plot(
+      png, rows,
+      format("train_mlp  %s  cuda  batch %zu = %zu micro-batch%s  %llu steps   final test "
+             "accuracy %.2f%%",
+             precision_name(o.precision), o.batch, o.accumulate, o.accumulate == 1 ? "" : "es",
+             static_cast<unsigned long long>(rows.size()), accuracy));
+  std::printf("wrote %s and %s\n", csv.string().c_str(), png.string().c_str());
+
+  if (o.min_accuracy && accuracy < *o.min_accuracy) {
+    std::fprintf(stderr, "train_mlp: final test accuracy %.2f%% is below --min-accuracy %g\n",
+                 accuracy, *o.min_accuracy);
+    return 3;
+  }
+  return 0;
+}
+#endif
+
+/// Where to train: --device cpu or cuda as given; auto picks CUDA when this build has it, a device
+/// is visible and no checkpoints are asked for (they need the CPU path). Records in
+/// o.device_reason why auto chose the CPU.
+bool use_cuda(options& o) {
+  if (o.device == device_kind::cpu) return false;
+#if TRAIN_MLP_WITH_CUDA
+  if (o.device == device_kind::cuda) return true;
+  if (o.checkpoint_dir) {
+    o.device_reason = " (auto: checkpoints need the CPU path)";
+    return false;
+  }
+  if (train_mlp::cuda::device_count() == 0) {
+    o.device_reason = " (auto: no CUDA device)";
+    return false;
+  }
+  return true;
+#else
+  o.device_reason = " (auto: this build of train_mlp has no CUDA)";
+  return false;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options o = parse_flags(argc, argv);
+  options o = parse_flags(argc, argv);
+  const bool cuda = use_cuda(o);
+#if !TRAIN_MLP_WITH_CUDA
+  (void)cuda;  // always false without CUDA
+#else
+  if (cuda && train_mlp::cuda::device_count() == 0) {
+    // 77: the "skipped" status of automake and CTest (SKIP_RETURN_CODE), so the GPU tests of
+    // this example are reported as skipped on machines without a GPU.
+    std::fprintf(stderr,
+                 "train_mlp: --device cuda, but no CUDA device is visible (cudaGetDeviceCount "
+                 "found none); use --device cpu or auto (exit status 77: skipped)\n");
+    return 77;
+  }
+#endif
+  // The precision is a runtime flag, the model's element type a template parameter.
+  const auto run = [&](auto precision) {
+#if TRAIN_MLP_WITH_CUDA
+    if (cuda) return train_cuda(o, precision);
+#endif
+    return train(o, precision);
+  };
   try {
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
@@ -627,13 +830,13 @@ int main(int argc, char** argv) {
     }
     switch (o.precision) {
       case precision_kind::fp32:
-        return train(o, hone::fp32{});
+        return run(hone::fp32{});
       case precision_kind::bf16:
-        return train(o, hone::bf16_mixed{});
+        return run(hone::bf16_mixed{});
       case precision_kind::fp16:
         // PyTorch's GradScaler defaults, but growing the scale after 200 good steps instead of
         // 2000 (this run is only a few hundred steps long).
-        return train(o, hone::fp16_mixed<>{.scaler = {.growth_interval = 200}});
+        return run(hone::fp16_mixed<>{.scaler = {.growth_interval = 200}});
     }
   } catch (const hone::error& e) {
     std::fprintf(stderr, "train_mlp: %s\n", e.what());

@@ -34,22 +34,9 @@
 #include <xtensor/xreducer.hpp>
 
 #include "dataset.hpp"
+#include "mlp_common.hpp"
 
 namespace train_mlp {
-
-/// A micro-batch: `count()` samples of `features` floats (row-major) and their labels. It views
-/// memory owned by the training loop.
-struct batch {
-  std::span<const float> x;
-  std::span<const std::int32_t> y;
-  [[nodiscard]] std::size_t count() const noexcept { return y.size(); }
-};
-
-/// Mean cross-entropy and accuracy (in [0, 1]) of the model on some samples.
-struct evaluation {
-  double loss = 0.0;
-  double accuracy = 0.0;
-};
 
 namespace kernels {
 // Matrices are row-major. The innermost loops run over contiguous memory and vectorize at -O2.
@@ -117,29 +104,20 @@ auto view1d(P* data, std::size_t size) {
 
 template <class T>
 class mlp {
-  static constexpr std::size_t layers = 3;
+  static constexpr std::size_t layers = mlp_layers;
 
  public:
   using value_type = T;
 
   /// inputs -> hidden -> hidden -> classes, random weights from `seed`, zero biases.
   mlp(std::size_t inputs, std::size_t hidden, std::size_t classes, std::uint64_t seed)
-      : sizes_{inputs, hidden, hidden, classes}, layout_(sizeof(T)) {
-    for (std::size_t l = 0; l < layers; ++l) {
-      const std::string name = "fc" + std::to_string(l + 1);
-      layout_.add(name + ".weight", sizes_[l] * sizes_[l + 1]);
-      layout_.add(name + ".bias", sizes_[l + 1]);
-    }
+      : sizes_{inputs, hidden, hidden, classes}, layout_(mlp_layout(sizes_, sizeof(T))) {
     values_ = hone::arena<T>(layout_);
     grads_ = hone::arena<T>(layout_);
-    random_source rng(seed);
+    const auto init = initial_weights(sizes_, seed);  // mlp_common.hpp; the CUDA model's too
     for (std::size_t l = 0; l < layers; ++l) {
-      // He-uniform before a ReLU; the output layer as PyTorch's nn.Linear (1 / sqrt(fan_in)), so
-      // that the first logits are small and the first loss is close to log(classes).
-      const double fan_in = static_cast<double>(sizes_[l]);
-      const double bound = l + 1 < layers ? std::sqrt(6.0 / fan_in) : std::sqrt(1.0 / fan_in);
-      for (T& w : values_.view(2 * l))
-        w = T(static_cast<float>(bound * (2.0 * rng.uniform() - 1.0)));
+      const auto w = values_.view(2 * l);
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] = T(init[l][i]);
     }
     if constexpr (!std::is_same_v<T, float>) {
       weights_f32_.assign(layout_.total(), 0.0f);
@@ -295,7 +273,7 @@ class mlp {
     if (transposed_.size() < widest) transposed_.resize(widest);
   }
 
-  std::array<std::size_t, layers + 1> sizes_;
+  layer_sizes sizes_;
   hone::arena_layout layout_;
   hone::arena<T> values_, grads_;
   std::vector<float> weights_f32_, grads_f32_;  // float copies (16-bit T only)
