@@ -20,8 +20,9 @@
 //
 // With --checkpoint-dir (CPU path only, for now) it saves checkpoints (hone::checkpoint: atomic
 // step-N directories, sync or --checkpoint-async, --keep N) holding the weights, the AdamW moments,
-// the step, the loss scaler, and the batch order's RNG and position, so --resume continues bit for
-// bit where the newest valid checkpoint left off.
+// the step, the loss scaler, the early-stopping state with its best weights, and the batch
+// order's RNG and position, so --resume continues bit for bit where the newest valid checkpoint
+// left off.
 //
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
 // prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
@@ -514,6 +515,7 @@ int train(const options& o, Precision precision) {
                                    precision_name(o.precision));
         }
         batches.restore(st.data.at("batches"), st.rng.at("batch_order"));
+        ck::restore_early_stopping(stop, c->path, st, &best);
         first_step = st.data.at("call").as_u64() + 1;
         std::printf("  resumed from %s: step %llu (%llu updates)\n", c->path.string().c_str(),
                     static_cast<unsigned long long>(first_step - 1),
@@ -529,7 +531,10 @@ int train(const options& o, Precision precision) {
     own.data.set("call", step);  // calls of trainer::step, skipped ones included
     own.metadata["precision"] = precision_name(o.precision);
     if (validation) own.metadata["val_loss"] = format("%.9g", validation->loss);
-    (void)writer->save(step, [&](ck::snapshot& s) { ck::capture(t, s, own, {.shapes = &shapes}); });
+    (void)writer->save(step, [&](ck::snapshot& s) {
+      ck::capture(t, s, own, {.shapes = &shapes});
+      ck::capture_early_stopping(stop, s, &best);  // patience counters and the best weights
+    });
   };
   std::vector<metrics_row> rows;
   rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
