@@ -216,6 +216,86 @@ BOOST_AUTO_TEST_CASE(sum_tree_find_matches_linear_reference) {
   }
 }
 
+// node_ends + child_from_ends (what find_batch runs on levels it shares between walks) against
+// find_child (what find() runs): the same child and the same remainder, bit for bit, on nodes
+// with zeros, tiny and huge children, for targets inside, on the ends, at and past the total.
+template <std::size_t A, class T>
+long shared_ends_mismatches(std::uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  long mismatches = 0;
+  for (int t = 0; t < 20000; ++t) {
+    T c[A];
+    for (std::size_t i = 0; i < A; ++i) {
+      const double r = u01(rng);
+      c[i] = static_cast<T>(r < 0.3 ? 0.0 : u01(rng) * (r < 0.5 ? 1e-30 : r < 0.6 ? 1e30 : 1.0));
+    }
+    double ends[A + 1];
+    hone::detail::node_ends<A>(c, ends);
+    double scalar_ends[A + 1];
+    hone::detail::node_ends_scalar<A>(c, scalar_ends);
+    mismatches += std::memcmp(ends, scalar_ends, sizeof ends) != 0 ? 1 : 0;
+    const double total = ends[A];
+    if (!(total > 0.0)) continue;
+    const std::size_t j = static_cast<std::size_t>(u01(rng) * static_cast<double>(A + 1));
+    for (const double target :
+         {u01(rng) * total, ends[j], std::nextafter(ends[j], 0.0), total, total * 1.5, 0.0}) {
+      double u1 = target;
+      double u2 = target;
+      double u3 = target;
+      const std::size_t a = hone::detail::find_child_scalar<A>(c, u1);
+      const std::size_t b = hone::detail::child_from_ends<A>(c, ends, u2);
+      const std::size_t d = hone::detail::child_from_ends_scalar<A>(c, scalar_ends, u3);
+      mismatches += (a != b || a != d || std::memcmp(&u1, &u2, 8) != 0 ||
+                     std::memcmp(&u1, &u3, 8) != 0 || !(c[a] > T(0)))
+                        ? 1
+                        : 0;
+    }
+  }
+  return mismatches;
+}
+
+BOOST_AUTO_TEST_CASE(sum_tree_shared_node_ends_match_the_in_node_search) {
+  BOOST_TEST((shared_ends_mismatches<2, double>(1)) == 0);
+  BOOST_TEST((shared_ends_mismatches<4, float>(2)) == 0);
+  BOOST_TEST((shared_ends_mismatches<16, double>(3)) == 0);
+  BOOST_TEST((shared_ends_mismatches<16, float>(4)) == 0);
+  BOOST_TEST((shared_ends_mismatches<64, double>(5)) == 0);
+}
+
+// A stratified batch (sorted targets, hundreds of walks through each top node: the levels
+// find_batch shares) against find() walk by walk, over a tree with zeros and tiny priorities.
+template <std::size_t A>
+void check_stratified_batch(std::size_t capacity, std::size_t batch, std::uint32_t seed) {
+  const auto p = random_priorities(capacity, seed, 0.3);
+  hone::sum_tree<A> tree(capacity);
+  tree.assign(p);
+  if (!(tree.total() > 0.0)) return;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  std::vector<double> targets(batch);
+  for (std::size_t k = 0; k < batch; ++k) {
+    targets[k] = hone::detail::stratified_target(k, u01(rng), tree.total(), batch);
+  }
+  targets.back() = tree.total();  // the end: still a positive leaf
+  std::vector<std::size_t> leaves(batch);
+  tree.find_batch(targets, leaves);
+  for (std::size_t k = 0; k < batch; ++k) {
+    BOOST_REQUIRE(leaves[k] == tree.find(targets[k]));
+    BOOST_REQUIRE(p[leaves[k]] > 0.0f);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sum_tree_stratified_batch_matches_single_walks) {
+  for (std::size_t cap : {16u, 300u, 4096u, 65537u, 1u << 20}) {
+    for (std::size_t batch : {1u, 7u, 64u, 256u, 1000u}) {
+      check_stratified_batch<2>(cap, batch, static_cast<std::uint32_t>(cap + batch));
+      check_stratified_batch<16>(cap, batch, static_cast<std::uint32_t>(cap + batch + 1));
+      check_stratified_batch<64>(cap, batch, static_cast<std::uint32_t>(cap + batch + 2));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sum_tree_tiny_and_huge_priorities_never_pick_zero) {
   // Priorities spanning 60 orders of magnitude next to zeros: the hard case for rounding.
   std::vector<float> p(5000, 0.0f);

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <hone/rl/rng.hpp>
 #include <hone/rl/sum_tree.hpp>
 #include <vector>
@@ -63,6 +64,42 @@ BOOST_AUTO_TEST_CASE(in_node_search_is_bit_identical) {
   BOOST_TEST(mismatches == 0);
 }
 
+BOOST_AUTO_TEST_CASE(shared_node_ends_are_bit_identical) {
+  // node_ends16_avx512 / child_from_ends_avx512 (find_batch on the levels it shares between
+  // walks) against the scalar ends and search.
+  hone::replay_rng rng(4);
+  long mismatches = 0;
+  for (int t = 0; t < 300000; ++t) {
+    double c[16];
+    float f[16];
+    random_node(rng, c);
+    random_node(rng, f);
+    const auto check = [&](const auto* node) {
+      double scalar[17];
+      hone::detail::node_ends_scalar<16>(node, scalar);
+      __m512d p0;
+      __m512d p1;
+      hone::detail::node_ends16_avx512(node, p0, p1);
+      double vec[17];
+      vec[0] = 0.0;
+      _mm512_storeu_pd(vec + 1, p0);
+      _mm512_storeu_pd(vec + 9, p1);
+      mismatches += std::memcmp(scalar, vec, sizeof vec) != 0 ? 1 : 0;
+      if (!(scalar[16] > 0.0)) return;
+      for (double u : {rng.uniform() * scalar[16], scalar[1 + rng.below(16)], scalar[16], 0.0}) {
+        double u1 = u;
+        double u2 = u;
+        const auto a = hone::detail::child_from_ends_scalar<16>(node, scalar, u1);
+        const auto b = hone::detail::child_from_ends_avx512(node, vec, u2);
+        mismatches += (a != b || std::memcmp(&u1, &u2, 8) != 0) ? 1 : 0;
+      }
+    };
+    check(c);
+    check(f);
+  }
+  BOOST_TEST(mismatches == 0);
+}
+
 BOOST_AUTO_TEST_CASE(reductions_are_bit_identical) {
   hone::replay_rng rng(5);
   long mismatches = 0;
@@ -102,5 +139,16 @@ BOOST_AUTO_TEST_CASE(whole_tree_matches_a_scalar_walk) {
     for (std::size_t i = 0; i < 16 && node * 16 + i < n; ++i) group[i] = p[node * 16 + i];
     const std::size_t scalar = node * 16 + hone::detail::find_child_scalar<16>(group.data(), u);
     BOOST_REQUIRE(tree.find(target) == scalar);
+  }
+  // find_batch on stratified batches (sorted targets: its shared top levels) against find().
+  for (const std::size_t batch : {16u, 256u, 512u, 1000u}) {
+    std::vector<double> targets(batch);
+    for (std::size_t k = 0; k < batch; ++k) {
+      targets[k] = hone::detail::stratified_target(k, rng.uniform(), tree.total(), batch);
+    }
+    targets.back() = tree.total();
+    std::vector<std::size_t> leaves(batch);
+    tree.find_batch(targets, leaves);
+    for (std::size_t k = 0; k < batch; ++k) BOOST_REQUIRE(leaves[k] == tree.find(targets[k]));
   }
 }

@@ -92,7 +92,11 @@ class ring_columns {
       for (std::size_t r = 0; r < slots.size(); ++r) {
         const char* p = col + slots[r] * F::bytes;
         for (std::size_t b = 0; b < F::bytes; b += 64) HONE_PREFETCH(p + b);
-        if constexpr (F::bytes > 1) HONE_PREFETCH(p + F::bytes - 1);  // a row across two lines
+        // A row may end in the next line unless its size divides the 64-byte lines the
+        // (64-byte aligned) column is cut into.
+        if constexpr (F::bytes % 64 != 0 && (F::bytes > 64 || 64 % F::bytes != 0)) {
+          HONE_PREFETCH(p + F::bytes - 1);
+        }
       }
     });
   }
