@@ -40,7 +40,9 @@
 // (which would be SIGBUS); truncating the file while it is mapped remains the caller's fault.
 //
 // Threads: one writer; reads concurrent with add() need external synchronization (as for the
-// in-memory ring). Records are byte spans; push_value/value_at copy trivially copyable types.
+// in-memory ring). Records are byte spans; push_value/value_at copy trivially copyable types,
+// emplace(fill) writes a record in place, slot_data(slot) reads a slot without a liveness check
+// (for hone::mmap_storage, which tracks live slots itself: hone/rl/mmap_storage.hpp).
 #pragma once
 
 #include <fcntl.h>
@@ -284,13 +286,22 @@ class mmap_ring {
   std::uint64_t push(std::span<const std::byte> record) {
     require(record.size() == record_size_,
             "hone::mmap_ring::push: the record must be exactly record_size() bytes");
+    return emplace(
+        [&](std::span<std::byte> slot) { std::memcpy(slot.data(), record.data(), record_size_); });
+  }
+
+  /// push() that lets fill(std::span<std::byte> slot) write the record_size() bytes of the new
+  /// record in place (no staging copy: what hone::mmap_storage packs a transition with). fill
+  /// must write every byte and must not throw. Returns the record's sequence number.
+  template <class Fill>
+  std::uint64_t emplace(Fill&& fill) {
     require_open();
     const std::uint64_t seq = end_;
     if (seq >= header_.begin + capacity_) {
       // The slot holds a committed record: move the committed begin past a block first.
       commit_with_begin(seq - capacity_ + options_.evict_block);
     }
-    std::memcpy(slot_ptr(seq), record.data(), record_size_);
+    fill(std::span<std::byte>(slot_ptr(seq), record_size_));
     end_ = seq + 1;
     if (options_.commit_every != 0 && end_ - header_.end >= options_.commit_every) commit();
     return seq;
@@ -331,6 +342,15 @@ class mmap_ring {
     std::memcpy(&out, slot_ptr(oldest() + i), sizeof(T));
     return out;
   }
+
+  /// The bytes of slot `slot` (< capacity()), whatever it holds: no liveness check. For storages
+  /// that keep their own record of which slots are live (hone::mmap_storage); others use
+  /// operator[] or at_sequence().
+  [[nodiscard]] const std::byte* slot_data(std::size_t slot) const noexcept {
+    return base_ + detail::mmap_ring_header_bytes + slot * record_size_;
+  }
+  /// The options in effect (evict_block resolved).
+  [[nodiscard]] const mmap_ring_options& options() const noexcept { return options_; }
 
   /// Live records: those added and not yet overwritten (or dropped by an eviction block).
   [[nodiscard]] std::size_t size() const noexcept {

@@ -11,7 +11,7 @@
 //   buffer.sample(256, batch);                           // columns + keys + weights
 //   buffer.update_priorities(batch.keys(), td_errors);   // stale keys are ignored
 //
-// Roles (hone/rl/roles.hpp):   storage      hone::ring_storage (default)
+// Roles (hone/rl/roles.hpp):   storage      hone::ring_storage (default), hone::mmap_storage
 //                              sampler      hone::uniform (default), hone::prioritized<Arity>
 //                              concurrency  hone::single_thread (default), hone::many_writers
 //                              returns      hone::one_step (default), hone::n_step<N>
@@ -20,6 +20,13 @@
 // returns it as the item's key, and update_priorities applies a priority only when the slot
 // still holds that very item: an update that arrives after its slot was overwritten is ignored
 // (ape-x #7), whatever the timing.
+//
+// Storage construction. A storage policy that carries settings (hone::mmap_storage: a path and
+// ring options) constructs its storage as S(capacity, policy); others as S(capacity). A
+// persistent storage (S::persistent, hone/rl/mmap_storage.hpp) may hold items when the buffer is
+// constructed: the buffer then starts at its live_end() (the next key) and publishes the items
+// [live_begin(), live_end()); slots of older keys are never sampled (see mmap_storage.hpp).
+// Saving a whole in-memory buffer: hone/rl/replay_io.hpp (with_snapshot below).
 #pragma once
 
 #include <algorithm>
@@ -51,6 +58,14 @@ HONE_NAMESPACE_BEGIN
 
 /// Everything a saved buffer needs besides its columns and priorities: positions, the RNG and the
 /// sampler's counters. See replay_buffer::state() and restore().
+namespace detail {
+template <class S>
+concept persistent_replay_storage = requires {
+  { S::persistent } -> std::convertible_to<bool>;
+}
+&&S::persistent;
+}  // namespace detail
+
 struct replay_state {
   std::uint64_t written = 0;       ///< items stored so far (the next item's key)
   std::uint64_t sample_calls = 0;  ///< sample() calls (the beta schedule's step)
@@ -81,6 +96,12 @@ class replay_buffer {
   static constexpr bool is_prioritized = sampler_type::is_prioritized;
   /// Whether add() keeps per-stream state (n-step windows).
   static constexpr bool windowed = !std::is_same_v<window_type, one_step_window<Transition>>;
+  /// Whether the storage outlives the process (hone::mmap_storage): reopened on construction.
+  static constexpr bool persistent = detail::persistent_replay_storage<storage_type>;
+  static_assert(!(concurrent && persistent),
+                "hone::replay_buffer: hone::mmap_storage appends records in sequence order from "
+                "one thread; use it with hone::single_thread (the default), not "
+                "hone::many_writers.");
 
   /// A buffer of `capacity` items with every policy default-configured.
   explicit replay_buffer(std::size_t capacity) requires(sizeof...(Policies) > 0)
@@ -91,13 +112,15 @@ class replay_buffer {
   /// buffer(1 << 20, hone::prioritized<>{.alpha = 0.7}, hone::n_step<3>{.gamma = 0.99}).
   explicit replay_buffer(std::size_t capacity, const Policies&... policies)
       : capacity_(capacity),
-        storage_(capacity),
+        storage_(
+            make_storage(capacity, policy_of<roles::replay_storage, ring_storage>(policies...))),
         sampler_(capacity, policy_of<roles::replay_sampler, uniform>(policies...)),
         returns_(policy_of<roles::replay_returns, one_step>(policies...)),
         window_(returns_) {
     if constexpr (concurrent) {
       tags_ = buffer<std::uint64_t>(capacity, empty_tag);
     }
+    if constexpr (persistent) reopen();
   }
 
   replay_buffer(const replay_buffer&) = delete;
@@ -109,6 +132,8 @@ class replay_buffer {
     std::lock_guard lock(mutex_);
     if constexpr (concurrent) {
       return ready_;
+    } else if constexpr (persistent) {
+      return static_cast<std::size_t>(std::min<std::uint64_t>(written_ - live_begin_, capacity_));
     } else {
       return static_cast<std::size_t>(std::min<std::uint64_t>(written_, capacity_));
     }
@@ -155,6 +180,16 @@ class replay_buffer {
     } else {
       store_rows(b);
     }
+  }
+
+  /// Steps held in the buffer's own n-step window (not stored items yet; 0 with one_step).
+  [[nodiscard]] std::size_t pending() const noexcept { return window_.pending(); }
+
+  /// Persistent storage (hone::mmap_storage): makes every item stored so far survive a kill of
+  /// the process (a ring commit; also done every commit_every adds, on wrap and on destruction).
+  void commit() requires persistent {
+    std::lock_guard lock(mutex_);
+    storage_.commit();
   }
 
   /// Emits the steps pending in the buffer's own n-step window (end of data collection).
@@ -267,6 +302,39 @@ class replay_buffer {
   /// Positions, RNG and sampler counters.
   [[nodiscard]] replay_state state() const {
     std::lock_guard lock(mutex_);
+    return state_unlocked();
+  }
+  /// Calls f(state()) with the buffer locked once no write is in flight (many_writers: waits for
+  /// the copies in progress to be published; writers that start meanwhile wait for f). f may call
+  /// priorities() and for_each_column() (they take no lock), not the locking members. A consistent
+  /// snapshot for hone::save_replay_buffer.
+  template <class F>
+  void with_snapshot(F&& f) {
+    std::unique_lock lock(mutex_);
+    if constexpr (concurrent) {
+      const auto quiet = [&] {
+        return ready_ == static_cast<std::size_t>(std::min<std::uint64_t>(written_, capacity_));
+      };
+      if (!quiet()) {
+        ++waiting_;
+        cond_.wait(lock, quiet);
+        --waiting_;
+      }
+    }
+    std::forward<F>(f)(state_unlocked());
+  }
+  /// many_writers: writes reserved but not yet published (0 for single_thread).
+  [[nodiscard]] std::size_t writes_in_flight() const {
+    std::lock_guard lock(mutex_);
+    if constexpr (concurrent) {
+      return static_cast<std::size_t>(std::min<std::uint64_t>(written_, capacity_)) - ready_;
+    } else {
+      return 0;
+    }
+  }
+
+ private:
+  [[nodiscard]] replay_state state_unlocked() const {
     replay_state s;
     s.written = written_;
     s.rng = rng_.state();
@@ -276,6 +344,8 @@ class replay_buffer {
     }
     return s;
   }
+
+ public:
   /// The stored priority of every slot (prioritized sampler; 0 for empty slots).
   [[nodiscard]] std::span<const float> priorities() const requires is_prioritized {
     return sampler_.tree().leaves();
@@ -288,7 +358,8 @@ class replay_buffer {
   }
   /// Restores positions, RNG and priorities after the columns were written back
   /// (for_each_column). Every stored item is published; the sum tree is rebuilt in O(N).
-  void restore(const replay_state& s, std::span<const float> priorities = {}) {
+  void restore(const replay_state& s,
+               std::span<const float> priorities = {}) requires(!persistent) {
     std::lock_guard lock(mutex_);
     written_ = s.written;
     head_ = static_cast<std::size_t>(written_ % capacity_);
@@ -319,6 +390,35 @@ class replay_buffer {
  private:
   static constexpr std::uint64_t empty_tag = ~std::uint64_t{0};
   static constexpr std::uint64_t busy_tag = ~std::uint64_t{0} - 1;
+
+  // S(capacity, policy) for storages configured by their policy, S(capacity) for the others.
+  template <class P>
+  static storage_type make_storage(std::size_t capacity, const P& policy) {
+    if constexpr (std::is_constructible_v<storage_type, std::size_t, const P&>) {
+      return storage_type(capacity, policy);
+    } else {
+      return storage_type(capacity);
+    }
+  }
+
+  // Persistent storage: continue from what the storage holds (see the top of this file).
+  void reopen() {
+    const std::uint64_t begin = storage_.live_begin();
+    const std::uint64_t end = storage_.live_end();
+    require(begin <= end && end - begin <= capacity_,
+            "hone::replay_buffer: the storage's live range is inconsistent");
+    written_ = end;
+    head_ = static_cast<std::size_t>(end % capacity_);
+    live_begin_ = begin;
+    std::uint64_t seq = begin;
+    while (seq < end) {  // publish [begin, end) in runs of consecutive slots
+      const auto slot = static_cast<std::size_t>(seq % capacity_);
+      const auto run =
+          static_cast<std::size_t>(std::min<std::uint64_t>(end - seq, capacity_ - slot));
+      sampler_.insert(slot, run);
+      seq += run;
+    }
+  }
 
   template <class Role, class Default>
   static pick<Role, Default> policy_of(const Policies&... policies) {
@@ -354,15 +454,27 @@ class replay_buffer {
   // busy: the item is published).
   [[nodiscard]] bool current(std::uint64_t key) const noexcept {
     const bool recent = key < written_ && written_ - key <= capacity_;
-    if constexpr (concurrent) {
+    if constexpr (persistent) {
+      return recent && key >= live_begin_;
+    } else if constexpr (concurrent) {
       return recent && tags_[recent_slot(key)] == key;
     } else {
       return recent;
     }
   }
-  [[nodiscard]] bool ready(std::size_t slot) const noexcept {
+  [[nodiscard]] bool ready(std::size_t slot) const {
     if constexpr (concurrent) {
       return tags_[slot] < busy_tag;
+    } else if constexpr (persistent) {
+      // Slots of keys below live_begin_ (evicted or lost to a kill before a reopen) are not
+      // sampled; with no live item at all, sampling is an error rather than an endless loop.
+      if (key_from_position(slot) >= live_begin_) return true;
+      if (written_ == live_begin_) {
+        throw error(
+            "hone::replay_buffer::sample: the reopened buffer holds no live item yet; add "
+            "first");
+      }
+      return false;
     } else {
       (void)slot;
       return true;
@@ -390,7 +502,7 @@ class replay_buffer {
   void store_rows(const batch_type& b) {
     std::size_t row = 0;
     std::size_t n = b.size();
-    if constexpr (!concurrent) {
+    if constexpr (!concurrent && !persistent) {
       if (n > capacity_) {  // the first rows would be overwritten by the last ones
         written_ += n - capacity_;
         head_ = static_cast<std::size_t>(written_ % capacity_);
@@ -484,6 +596,7 @@ class replay_buffer {
   returns_policy returns_;
   window_type window_;
   replay_rng rng_;
+  std::uint64_t live_begin_ = 0;  // persistent storage: the first key that may be sampled
   std::uint64_t written_ = 0;
   std::size_t head_ = 0;  // written_ % capacity_: the slot of the next write
   // many_writers only.
