@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "hone/checkpoint/dtype.hpp"
 #include "hone/checkpoint/state.hpp"
@@ -40,6 +41,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
+#include "hone/core/space.hpp"
 #include "hone/train/early_stopping.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -82,6 +84,10 @@ inline shape_type shape_of(const trainer_save_options& o, std::string_view name,
 template <class Trainer>
 void capture(Trainer& t, snapshot& s, const training_state& extra = {},
              const trainer_save_options& o = {}) {
+  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space>,
+                "hone::checkpoint::capture: this trainer's weights live on a CUDA device; include "
+                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose capture overload "
+                "stages them through pinned host memory.");
   using working = typename Trainer::working_type;
   const bool full = o.content == content_policy::full;
   const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
@@ -118,6 +124,10 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
 /// state, whose rng, data and metadata the caller restores.
 template <class Trainer>
 training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
+  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space>,
+                "hone::checkpoint::restore: this trainer's weights live on a CUDA device; include "
+                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose restore overload "
+                "stages them through pinned host memory.");
   if (verify) verify_directory(dir, true).require_ok(dir.string());
   const training_state st = read_state(dir / files::state);
   const auto open_tensors = [&](std::string_view plain,

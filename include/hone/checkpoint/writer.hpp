@@ -11,15 +11,20 @@
 //   w.wait();                                        // the last save is committed (or throws)
 //
 // A snapshot copies every tensor into one staging buffer that is reused between saves (no
-// allocation once it has grown to the checkpoint's size; it would be pinned host memory for
-// device tensors, which this CPU-only writer does not have yet). The background thread writes the
-// files of the snapshot while training continues: at most one save is in flight; when the next
-// save point comes while it still runs, on_busy::wait blocks until it is done, on_busy::skip
-// skips this save (counted in saves_skipped()). An error in the background (disk full,
-// permissions) is kept and thrown by the next check(), save() or wait(), never swallowed. Each
-// save is an atomic directory (directory.hpp); retention runs after each commit.
+// allocation once it has grown to the checkpoint's size). The buffer is pageable host memory by
+// default; tensors in GPU memory are copied by hone/checkpoint/cuda/snapshot.cuh (from .cu files:
+// this header stays host-only), which switches it to page-locked memory (staging_allocator,
+// cudaHostAlloc through pinned_host_space), reserves the room of all its tensors at once
+// (reserve(), add_uninitialized()) and fills it with cudaMemcpyAsync and one stream
+// synchronization. The background thread writes the files of the snapshot while training
+// continues: at most one save is in flight; when the next save point comes while it still runs,
+// on_busy::wait blocks until it is done, on_busy::skip skips this save (counted in
+// saves_skipped()). An error in the background (disk full, permissions) is kept and thrown by the
+// next check(), save() or wait(), never swallowed. Each save is an atomic directory
+// (directory.hpp); retention runs after each commit.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +33,12 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <ranges>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,10 +49,81 @@
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/checkpoint/verify.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/device_span.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/space.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
+
+/// How a snapshot's staging buffer is allocated: pageable host memory by default, page-locked
+/// (pinned) memory for tensors copied from a GPU (of<pinned_host_space>(), which the device
+/// snapshot of hone/checkpoint/cuda/snapshot.cuh selects by itself).
+struct staging_allocator {
+  void* (*allocate)(std::size_t bytes) = &space_traits<host_space>::allocate;
+  void (*deallocate)(void* p, std::size_t bytes) noexcept = &space_traits<host_space>::deallocate;
+  bool page_locked = false;  // cudaHostAlloc'ed: device-to-host copies into it are asynchronous
+
+  /// The allocator of a host-accessible memory space.
+  template <memory_space Space>
+  requires host_accessible_v<Space>
+  [[nodiscard]] static staging_allocator of() noexcept {
+    bool pinned = false;
+    if constexpr (requires { space_traits<Space>::pinned(); })
+      pinned = space_traits<Space>::pinned();
+    return {&space_traits<Space>::allocate, &space_traits<Space>::deallocate, pinned};
+  }
+};
+
+namespace detail {
+template <class R>
+inline constexpr bool is_device_span_v = false;
+template <class T>
+inline constexpr bool is_device_span_v<device_span<T>> = true;
+
+/// The staging bytes of a snapshot: one allocation of a staging_allocator, move-only.
+class staging_bytes {
+ public:
+  staging_bytes() = default;
+  staging_bytes(staging_allocator a, std::size_t n)
+      : alloc_(a), data_(static_cast<std::byte*>(a.allocate(n))), size_(n) {}
+  staging_bytes(staging_bytes&& o) noexcept
+      : alloc_(o.alloc_),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)) {}
+  staging_bytes& operator=(staging_bytes&& o) noexcept {
+    if (this != &o) {
+      release();
+      alloc_ = o.alloc_;
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  staging_bytes(const staging_bytes&) = delete;
+  staging_bytes& operator=(const staging_bytes&) = delete;
+  ~staging_bytes() { release(); }
+
+  [[nodiscard]] std::byte* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] const staging_allocator& allocator() const noexcept { return alloc_; }
+
+ private:
+  void release() noexcept {
+    if (data_ != nullptr) alloc_.deallocate(data_, size_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  staging_allocator alloc_{};
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+inline void check_tensor_file_name(std::string_view file) {
+  require(is_valid_manifest_name(file) && file != files::manifest && file != files::state,
+          "hone::checkpoint::snapshot: '" + std::string(file) + "' cannot be a tensor file name");
+}
+}  // namespace detail
 
 /// Everything one checkpoint holds, copied out of the training objects: tensor files (each a list
 /// of tensors in the shared staging buffer) and the training state.
@@ -58,6 +137,11 @@ class snapshot {
   requires std::ranges::sized_range<R>
   void add(std::string_view file, std::string name, shape_type shape, const R& data,
            std::optional<dtype> export_as = std::nullopt) {
+    static_assert(!detail::is_device_span_v<std::remove_cvref_t<R>>,
+                  "hone::checkpoint::snapshot::add: this is a view of device memory "
+                  "(hone::device_span); copy it with hone::checkpoint::device_snapshot from "
+                  "hone/checkpoint/cuda/snapshot.cuh (in a .cu file), which stages it through "
+                  "pinned memory");
     using T = std::remove_cv_t<std::ranges::range_value_t<R>>;
     const auto bytes = std::as_bytes(std::span<const T>(
         std::ranges::data(data), static_cast<std::size_t>(std::ranges::size(data))));
@@ -68,24 +152,69 @@ class snapshot {
   /// Adds raw little-endian bytes of dtype `source`, stored as `stored`.
   void add_bytes(std::string_view file, std::string name, dtype source, dtype stored,
                  shape_type shape, std::span<const std::byte> bytes) {
-    require(is_valid_manifest_name(file) && file != files::manifest && file != files::state,
-            "hone::checkpoint::snapshot: '" + std::string(file) + "' cannot be a tensor file name");
+    detail::check_tensor_file_name(file);
     require(source == stored || can_convert(source, stored),
             "hone::checkpoint::snapshot: cannot store " + std::string(dtype_name(source)) + " as " +
                 std::string(dtype_name(stored)));
     const std::size_t n = bytes.size() / dtype_size(source) * dtype_size(stored);
-    const std::size_t offset = (used_ + 63) / 64 * 64;
-    reserve_staging(offset + n);
-    const std::span<std::byte> dst(staging_.data() + offset, n);
+    const std::span<std::byte> dst = append(file, std::move(name), stored, std::move(shape), n);
     if (source == stored) {
       if (n > 0) std::memcpy(dst.data(), bytes.data(), n);
     } else {
       convert(bytes, source, dst, stored);  // converted now: the snapshot owns its bytes
     }
-    used_ = offset + n;
-    part& p = part_for(file);
-    p.items.push_back({std::move(name), stored, std::move(shape), offset, n});
   }
+
+  // ---- for producers that fill the staging buffer themselves (cuda/snapshot.cuh) ----
+
+  /// Every tensor starts on this boundary of the staging buffer.
+  static constexpr std::size_t alignment = 64;
+  /// `bytes` rounded up to the alignment: what a tensor of `bytes` takes at most in reserve().
+  [[nodiscard]] static constexpr std::size_t aligned(std::size_t bytes) noexcept {
+    return (bytes + alignment - 1) / alignment * alignment;
+  }
+
+  /// Makes room for `bytes` more bytes after the tensors held (count each future tensor as
+  /// aligned(size)): the next add_uninitialized() calls within that room do not move the buffer.
+  void reserve(std::size_t bytes) { reserve_staging(aligned(used_) + bytes); }
+
+  /// Adds tensor `name` of dtype `stored` and shape `shape` to file `file` and returns its
+  /// `bytes` bytes in the staging buffer, uninitialized: the caller fills them before the snapshot
+  /// is written. The span stays valid until the next add, reserve or allocator change (which may
+  /// move the buffer). config_error when the shape does not describe `bytes` bytes.
+  [[nodiscard]] std::span<std::byte> add_uninitialized(std::string_view file, std::string name,
+                                                       dtype stored, shape_type shape,
+                                                       std::size_t bytes) {
+    detail::check_tensor_file_name(file);
+    const std::optional<std::uint64_t> want = checked_byte_size(shape, dtype_size(stored));
+    require(want && *want == bytes,
+            "hone::checkpoint::snapshot: tensor '" + name + "' has shape " + shape_string(shape) +
+                " of " + std::string(dtype_name(stored)) + " but " + std::to_string(bytes) +
+                " bytes; give the shape of the data");
+    return append(file, std::move(name), stored, std::move(shape), bytes);
+  }
+
+  /// The staging capacity past the (aligned) end of the tensors held: scratch space that the next
+  /// add overwrites (device snapshots land unconverted bytes here before converting them).
+  [[nodiscard]] std::span<std::byte> spare() noexcept {
+    const std::size_t start = std::min(aligned(used_), staging_.size());
+    return {staging_.data() + start, staging_.size() - start};
+  }
+
+  /// How the staging buffer is allocated.
+  [[nodiscard]] const staging_allocator& allocator() const noexcept { return staging_.allocator(); }
+  /// Moves the staging buffer to memory of allocator `a` (the contents are kept). Nothing is done
+  /// when `a` allocates as the current one does.
+  void set_allocator(staging_allocator a) {
+    const staging_allocator& cur = staging_.allocator();
+    if (a.allocate == cur.allocate && a.deallocate == cur.deallocate) return;
+    detail::staging_bytes moved(a, staging_.size());
+    if (used_ > 0) std::memcpy(moved.data(), staging_.data(), used_);
+    staging_ = std::move(moved);
+  }
+  /// The staging buffer (null before the first tensor): the same pointer across saves once it is
+  /// large enough.
+  [[nodiscard]] const std::byte* staging_data() const noexcept { return staging_.data(); }
 
   /// Sets a "__metadata__" entry of tensor file `file`.
   void set_metadata(std::string_view file, std::string key, std::string value) {
@@ -130,6 +259,15 @@ class snapshot {
     std::vector<item> items;
     metadata_map metadata;
   };
+  std::span<std::byte> append(std::string_view file, std::string name, dtype stored,
+                              shape_type shape, std::size_t n) {
+    const std::size_t offset = aligned(used_);
+    reserve_staging(offset + n);
+    used_ = offset + n;
+    part& p = part_for(file);
+    p.items.push_back({std::move(name), stored, std::move(shape), offset, n});
+    return {staging_.data() + offset, n};
+  }
   part& part_for(std::string_view file) {
     for (part& p : parts_) {
       if (p.file == file) return p;
@@ -138,12 +276,13 @@ class snapshot {
   }
   void reserve_staging(std::size_t n) {
     if (n <= staging_.size()) return;
-    std::vector<std::byte> bigger(std::max(n, staging_.size() + staging_.size() / 2));
+    detail::staging_bytes bigger(staging_.allocator(),
+                                 std::max(n, staging_.size() + staging_.size() / 2));
     if (used_ > 0) std::memcpy(bigger.data(), staging_.data(), used_);
     staging_ = std::move(bigger);
   }
   std::vector<part> parts_;
-  std::vector<std::byte> staging_;
+  detail::staging_bytes staging_;
   std::size_t used_ = 0;
 };
 

@@ -1,0 +1,374 @@
+// hone/checkpoint/cuda/snapshot.cuh: checkpoints of tensors in GPU memory, and of the CUDA trainer.
+// Include only from .cu files (it needs the CUDA runtime; hone/checkpoint/writer.hpp stays
+// host-only).
+//
+//   ck::checkpoint_writer w({.root = "ckpt", .async = true});
+//   ...
+//   w.save(step, [&](ck::snapshot& s) {
+//     ck::device_snapshot d(s, stream);                  // copies on `stream`
+//     d.add(ck::files::weights, "emb", {rows, dim}, emb_device_span);
+//     d.add_arena(ck::files::optimizer, "exp_avg.", moments_arena);  // one copy per arena
+//     d.finish();                                       // copies, one stream sync, conversions
+//   });                                                 // the files are written in the background
+//
+//   w.save(step, [&](ck::snapshot& s) { ck::capture(t, s, extra); });   // a CUDA hone::trainer
+//   ck::training_state st = ck::restore(t, ck::newest_valid("ckpt")->path);
+//
+// device_snapshot records device tensors; finish() turns the snapshot's staging buffer into
+// page-locked host memory (cudaHostAlloc through pinned_host_space; the buffer stays with the
+// snapshot, so a checkpoint_writer reuses it from save to save and grows it only when a checkpoint
+// is larger than any before), reserves the room of every recorded tensor at once (so the buffer
+// never moves under a copy in flight), issues one cudaMemcpyAsync per tensor on the given stream
+// (neighbouring tensors of one allocation, e.g. the slots of an arena, merge into one copy),
+// synchronizes that stream once and then converts the tensors stored in another dtype (their raw
+// bytes land in the staging buffer's spare room first). When finish() returns the snapshot owns
+// its bytes: the training stream may go on while the writer's thread writes the files. A failed
+// CUDA call throws hone::cuda_error naming the call, after the stream has been synchronized (no
+// copy still lands in the buffer).
+//
+// capture() and restore() here are the overloads of hone/checkpoint/trainer_checkpoint.hpp's for
+// a trainer whose space_type is hone::cuda_space (hone/train/cuda/trainer.cuh), chosen by their
+// constraint when this header is included; the every_n_steps policy then checkpoints a CUDA
+// trainer too. capture() stages the fp32 master weights (or the export dtype), every optimizer
+// state arena and the same state.json as the host trainer, on the trainer's stream; restore()
+// verifies the directory, reads the tensors into pinned host memory, copies them to the device on
+// the trainer's stream, publishes the working weights and synchronizes once. The files are the
+// host trainer's: a checkpoint of one restores into the other.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hone/checkpoint/dtype.hpp"
+#include "hone/checkpoint/state.hpp"
+#include "hone/checkpoint/tensor_file.hpp"
+#include "hone/checkpoint/trainer_checkpoint.hpp"
+#include "hone/checkpoint/verify.hpp"
+#include "hone/checkpoint/writer.hpp"
+#include "hone/core/arena.hpp"
+#include "hone/core/buffer.hpp"
+#include "hone/core/config.hpp"
+#include "hone/core/cuda/error.hpp"
+#include "hone/core/cuda/space.hpp"
+#include "hone/core/device_span.hpp"
+#include "hone/core/error.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace checkpoint {
+
+/// Copies tensors in device memory into a snapshot (see the file comment). Records with add*,
+/// copies in finish(); nothing is in flight outside finish().
+class device_snapshot {
+ public:
+  /// Copies into `s` on `stream` (null: the legacy default stream).
+  explicit device_snapshot(snapshot& s, cudaStream_t stream = nullptr) noexcept
+      : s_(&s), stream_(stream) {}
+  device_snapshot(const device_snapshot&) = delete;
+  device_snapshot& operator=(const device_snapshot&) = delete;
+
+  /// A tag for tensors that lie in one device allocation: copies of neighbours with the same tag
+  /// whose gaps match in device memory and in the staging buffer merge into one cudaMemcpyAsync.
+  [[nodiscard]] std::size_t new_allocation_tag() noexcept { return ++tags_; }
+
+  /// Records device tensor `data` for file `file`, stored as `export_as` (default: its dtype).
+  template <class T>
+  void add(std::string_view file, std::string name, shape_type shape, device_span<T> data,
+           std::optional<dtype> export_as = std::nullopt, std::size_t allocation_tag = 0) {
+    using V = std::remove_cv_t<T>;
+    add_bytes(file, std::move(name), dtype_of<V>, export_as.value_or(dtype_of<V>), std::move(shape),
+              static_cast<const void*>(data.data()), data.size_bytes(), allocation_tag);
+  }
+
+  /// Records `bytes` bytes at device address `device_data`, of dtype `source` and shape `shape`,
+  /// stored as `stored`. config_error for a bad file name, a conversion dtype.hpp cannot do, or a
+  /// shape that does not describe `bytes` bytes.
+  void add_bytes(std::string_view file, std::string name, dtype source, dtype stored,
+                 shape_type shape, const void* device_data, std::size_t bytes,
+                 std::size_t allocation_tag = 0) {
+    detail::check_tensor_file_name(file);
+    require(source == stored || can_convert(source, stored),
+            "hone::checkpoint::device_snapshot: cannot store " + std::string(dtype_name(source)) +
+                " as " + std::string(dtype_name(stored)) + " (tensor '" + name + "')");
+    const std::optional<std::uint64_t> want = checked_byte_size(shape, dtype_size(source));
+    require(want && *want == bytes,
+            "hone::checkpoint::device_snapshot: tensor '" + name + "' has shape " +
+                shape_string(shape) + " of " + std::string(dtype_name(source)) + " but " +
+                std::to_string(bytes) + " bytes; give the shape of the data");
+    require(device_data != nullptr || bytes == 0,
+            "hone::checkpoint::device_snapshot: tensor '" + name +
+                "' has a null device pointer; pass the device memory to copy");
+    entries_.push_back({std::string(file), std::move(name), source, stored, std::move(shape),
+                        static_cast<const std::byte*>(device_data), bytes,
+                        bytes / dtype_size(source) * dtype_size(stored), allocation_tag});
+  }
+
+  /// Records every slot of a device arena as tensor `prefix + slot name` of file `file` (1-D, or
+  /// the shape `shapes` gives the slot's name), copied with one cudaMemcpyAsync when stored in
+  /// the arena's dtype.
+  template <class T>
+  void add_arena(std::string_view file, std::string_view prefix, const arena<T, cuda_space>& a,
+                 const shape_map* shapes = nullptr, std::optional<dtype> export_as = std::nullopt) {
+    const std::size_t tag = new_allocation_tag();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const auto& slot = a.layout()[i];
+      add(file, std::string(prefix) + slot.name, shape_for(shapes, slot.name, slot.count),
+          a.view(i), export_as, tag);
+    }
+  }
+
+  /// Copies every recorded tensor into the snapshot (pinned staging, cudaMemcpyAsync on the
+  /// stream, one cudaStreamSynchronize, then the dtype conversions) and forgets the records.
+  void finish() {
+    last_copies_ = 0;
+    if (entries_.empty()) return;
+    std::vector<entry> es = std::exchange(entries_, {});
+    s_->set_allocator(staging_allocator::of<pinned_host_space>());
+    std::size_t room = 0;
+    for (const entry& e : es) {
+      room += snapshot::aligned(e.stored_bytes);
+      if (e.converts()) room += snapshot::aligned(e.bytes);
+    }
+    s_->reserve(room);  // nothing below moves the buffer
+    std::vector<std::byte*> dst(es.size());
+    for (std::size_t i = 0; i < es.size(); ++i) {
+      entry& e = es[i];
+      dst[i] = s_->add_uninitialized(e.file, std::move(e.name), e.stored, std::move(e.shape),
+                                     e.stored_bytes)
+                   .data();
+    }
+    const std::span<std::byte> spare = s_->spare();
+    std::vector<std::byte*> raw(es.size(), nullptr);
+    std::size_t used = 0;
+    for (std::size_t i = 0; i < es.size(); ++i) {
+      if (!es[i].converts()) continue;
+      raw[i] = spare.data() + used;
+      used += snapshot::aligned(es[i].bytes);
+    }
+    try {
+      copy_all(es, dst, raw);
+      HONE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } catch (...) {
+      (void)cudaStreamSynchronize(stream_);  // no copy may land in the buffer after this throws
+      (void)cudaGetLastError();
+      throw;
+    }
+    for (std::size_t i = 0; i < es.size(); ++i) {
+      const entry& e = es[i];
+      if (!e.converts()) continue;
+      convert(std::span<const std::byte>(raw[i], e.bytes), e.source,
+              std::span<std::byte>(dst[i], e.stored_bytes), e.stored);
+    }
+  }
+
+  /// Tensors recorded and not copied yet.
+  [[nodiscard]] std::size_t pending() const noexcept { return entries_.size(); }
+  /// The cudaMemcpyAsync calls the last finish() issued.
+  [[nodiscard]] std::size_t last_copies() const noexcept { return last_copies_; }
+
+ private:
+  struct entry {
+    std::string file;
+    std::string name;
+    dtype source;
+    dtype stored;
+    shape_type shape;
+    const std::byte* data;
+    std::size_t bytes;
+    std::size_t stored_bytes;
+    std::size_t tag;
+    [[nodiscard]] bool converts() const noexcept { return source != stored; }
+  };
+
+  static shape_type shape_for(const shape_map* shapes, std::string_view name, std::size_t count) {
+    if (shapes != nullptr) {
+      if (const auto it = shapes->find(name); it != shapes->end()) return it->second;
+    }
+    return shape_type{count};
+  }
+
+  void copy_all(const std::vector<entry>& es, const std::vector<std::byte*>& dst,
+                const std::vector<std::byte*>& raw) {
+    // A run of copies merged into one: [from, from + bytes) -> [to, to + bytes).
+    std::uintptr_t from = 0;
+    std::byte* to = nullptr;
+    std::size_t bytes = 0;
+    std::size_t tag = 0;
+    const auto flush = [&] {
+      if (bytes == 0) return;
+      HONE_CUDA_CHECK(cudaMemcpyAsync(to, reinterpret_cast<const void*>(from), bytes,
+                                      cudaMemcpyDeviceToHost, stream_));
+      ++last_copies_;
+      bytes = 0;
+    };
+    for (std::size_t i = 0; i < es.size(); ++i) {
+      const entry& e = es[i];
+      if (e.bytes == 0) continue;
+      const auto src = reinterpret_cast<std::uintptr_t>(e.data);
+      std::byte* out = e.converts() ? raw[i] : dst[i];
+      // Merge direct copies of one allocation when the gap is the same on both sides (the
+      // staging gap is padding between consecutive tensors; the device gap lies in the
+      // allocation).
+      if (bytes != 0 && !e.converts() && e.tag != 0 && e.tag == tag && src >= from + bytes &&
+          out >= to + bytes && src - from == static_cast<std::uintptr_t>(out - to)) {
+        bytes = static_cast<std::size_t>(out - to) + e.bytes;
+        continue;
+      }
+      flush();
+      if (e.converts()) {
+        HONE_CUDA_CHECK(cudaMemcpyAsync(out, e.data, e.bytes, cudaMemcpyDeviceToHost, stream_));
+        ++last_copies_;
+        continue;
+      }
+      from = src;
+      to = out;
+      bytes = e.bytes;
+      tag = e.tag;
+    }
+    flush();
+  }
+
+  snapshot* s_;
+  cudaStream_t stream_;
+  std::vector<entry> entries_;
+  std::size_t tags_ = 0;
+  std::size_t last_copies_ = 0;
+};
+
+/// A hone::trainer whose state lives in CUDA device memory (hone/train/cuda/trainer.cuh).
+template <class Trainer>
+concept device_trainer = std::same_as<typename Trainer::space_type, cuda_space>;
+
+/// capture() of trainer_checkpoint.hpp for a CUDA trainer: the same files, staged from the device
+/// on the trainer's stream (synchronized once before returning).
+template <class Trainer>
+requires device_trainer<Trainer>
+void capture(Trainer& t, snapshot& s, const training_state& extra = {},
+             const trainer_save_options& o = {}) {
+  using working = typename Trainer::working_type;
+  const bool full = o.content == content_policy::full;
+  const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
+  device_snapshot d(s, t.exec().stream);
+  const device_span<float> master = t.master_weights();
+  const auto& layout = t.layout();
+  // The trainer's own master arena is one allocation; bound zero-copy, the master weights are the
+  // model's tensors, which may be separate allocations that merely lie next to each other.
+  const std::size_t tag = t.zero_copy() ? 0 : d.new_allocation_tag();
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const auto& slot = layout[i];
+    d.add(files::weights, slot.name, detail::shape_of(o, slot.name, slot.count),
+          device_span<const float>(master.subspan(slot.offset, slot.count)), wdt, tag);
+  }
+  if (full) {
+    t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+      d.add_arena(files::optimizer, std::string(name) + ".", a, o.shapes);
+    });
+  }
+  d.finish();
+  s.set_metadata(files::weights, "format", "pt");
+  s.state.rng = extra.rng;
+  s.state.data = extra.data;
+  s.state.metadata = extra.metadata;
+  s.state.step = t.steps_done();
+  s.state.loss_scale = t.scaler().state();
+  json::value sched = json::value::object();
+  sched.set("step", t.steps_done());
+  s.state.schedule = std::move(sched);
+}
+
+namespace detail {
+/// Host staging of a device restore: pinned buffers that outlive the copies reading them.
+class device_upload {
+ public:
+  explicit device_upload(cudaStream_t stream) noexcept : stream_(stream) {}
+  device_upload(const device_upload&) = delete;
+  device_upload& operator=(const device_upload&) = delete;
+  ~device_upload() {
+    if (!synced_) {  // an exception is on its way: let the copies finish before freeing
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaGetLastError();
+    }
+  }
+
+  /// Reads tensor `name` of `f` (converting its dtype to T) into pinned memory and copies it to
+  /// the `count` elements at `device`, stream-ordered.
+  template <class T>
+  void load(const tensor_file& f, const std::string& name, T* device, std::size_t count) {
+    buffer<std::byte, pinned_host_space> host(count * sizeof(T));  // page aligned
+    f.read_into(name, std::span<T>(reinterpret_cast<T*>(host.data()), count));
+    if (count != 0) {
+      HONE_CUDA_CHECK(
+          cudaMemcpyAsync(device, host.data(), count * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    }
+    held_.push_back(std::move(host));
+  }
+
+  /// Waits for every copy (and the stream's earlier work).
+  void sync() {
+    synced_ = true;
+    HONE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool synced_ = false;
+  std::vector<buffer<std::byte, pinned_host_space>> held_;
+};
+}  // namespace detail
+
+/// restore() of trainer_checkpoint.hpp for a CUDA trainer: verifies `dir` (unless `verify` is
+/// false), copies the master weights and the optimizer state (when saved) to the device on the
+/// trainer's stream, publishes the working weights, synchronizes, and sets the step and the
+/// scaler. Returns the state, whose rng, data and metadata the caller restores.
+template <class Trainer>
+requires device_trainer<Trainer> training_state restore(Trainer& t,
+                                                        const std::filesystem::path& dir,
+                                                        bool verify = true) {
+  if (verify) verify_directory(dir, true).require_ok(dir.string());
+  const training_state st = read_state(dir / files::state);
+  const auto open_tensors = [&](std::string_view plain,
+                                std::string_view packed) -> std::optional<tensor_file> {
+    if (std::filesystem::exists(dir / plain)) return tensor_file::open(dir / plain);
+    if (std::filesystem::exists(dir / packed)) return tensor_file::open(dir / packed);
+    return std::nullopt;
+  };
+  const auto weights = open_tensors(files::weights, files::weights_compressed);
+  if (!weights) {
+    throw checkpoint_error("hone: checkpoint '" + dir.string() + "' has no " +
+                           std::string(files::weights));
+  }
+  const auto opt = open_tensors(files::optimizer, files::optimizer_compressed);
+  detail::device_upload up(t.exec().stream);
+  const device_span<float> master = t.master_weights();
+  const auto& layout = t.layout();
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const auto& slot = layout[i];
+    up.load(*weights, slot.name, master.data() + slot.offset, slot.count);
+  }
+  if (opt) {
+    t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto v = a.view(i);
+        up.load(*opt, std::string(name) + "." + a.layout()[i].name, v.data(), v.size());
+      }
+    });
+  }
+  t.publish_weights();  // stream-ordered after the copies
+  up.sync();
+  t.set_steps_done(st.step);
+  if (st.loss_scale) t.scaler().load_state(*st.loss_scale);
+  return st;
+}
+
+}  // namespace checkpoint
+HONE_NAMESPACE_END
