@@ -5,8 +5,10 @@
 //   2^26 CartPole-sized transitions (obs float[4], action int32, reward float, next_obs float[4],
 //   terminated, truncated: 42 bytes) whose priorities are random (|TD| uniform in [0, 1),
 //   alpha 0.6, beta 0.4): 256 stratified draws, their keys, importance weights and the gathered
-//   columns. Microseconds per call. Variants: hone_sampler (the 16-ary sampler alone: slots and
-//   weights, no data) and hone_sampler_binary (the same with a binary tree).
+//   columns. Microseconds per call. Variants: hone_packed (the same buffer on hone::packed_storage:
+//   one packed 44-byte record per item instead of six columns, the same data, priorities and
+//   draws), hone_sampler (the 16-ary sampler alone: slots and weights, no data) and
+//   hone_sampler_binary (the same with a binary tree).
 // per_update_256_{1M,16M,64M}: one update_priorities(256 keys, 256 values) on the same buffers,
 //   keys drawn uniformly over the buffer (1024 pre-drawn batches, cycled). Same variants.
 // uniform_add: add_batch of 65536 transitions of 522 bytes (obs and next_obs float[64], action,
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <hone/core/buffer.hpp>
+#include <hone/rl/packed_storage.hpp>
 #include <hone/rl/replay_buffer.hpp>
 #include <memory>
 #include <string>
@@ -90,9 +93,10 @@ void randomize_priorities(std::size_t n, std::uint64_t seed, Fn&& apply) {
   }
 }
 
-struct per_fixture {
-  using buffer_t = hone::replay_buffer<cartpole, hone::prioritized<16>>;
-  explicit per_fixture(std::size_t capacity) : buffer(capacity, per_config) {
+template <class Storage>
+struct per_fixture_on {
+  using buffer_t = hone::replay_buffer<cartpole, Storage, hone::prioritized<16>>;
+  explicit per_fixture_on(std::size_t capacity) : buffer(capacity, Storage{}, per_config) {
     const auto src = source_batch<cartpole>(std::min<std::size_t>(capacity, 1 << 20), 1);
     while (buffer.total_added() < capacity) buffer.add_batch(src);  // full (keys 0..cap-1 +)
     randomize_priorities(capacity, 2, [&](auto keys, auto prio) {
@@ -115,6 +119,8 @@ struct per_fixture {
   std::vector<std::uint64_t> update_keys;
   std::vector<float> update_values;
 };
+using per_fixture = per_fixture_on<hone::ring_storage>;
+using per_packed_fixture = per_fixture_on<hone::packed_storage>;
 
 template <std::size_t A>
 struct sampler_fixture {
@@ -152,8 +158,9 @@ void set_one_core(benchmark::State& state) {
   state.counters["threads"] = 1;
 }
 
+template <class Fixture = per_fixture>
 void per_sample_hone(benchmark::State& state, std::size_t capacity) {
-  auto& f = fixture_for<per_fixture>(capacity);
+  auto& f = fixture_for<Fixture>(capacity);
   hone::replay_batch<cartpole> b;
   f.buffer.sample(batch, b);  // warm-up (and allocation of the batch)
   for (auto _ : state) {
@@ -314,6 +321,9 @@ bool register_benchmarks() {
     const std::string update = "per_update_256_" + suffix;
     hone_bench::add(sample, "hone", [c](benchmark::State& s) {
       per_sample_hone(s, c);
+    })->Unit(benchmark::kMicrosecond);
+    hone_bench::add(sample, "hone_packed", [c](benchmark::State& s) {
+      per_sample_hone<per_packed_fixture>(s, c);
     })->Unit(benchmark::kMicrosecond);
     hone_bench::add(sample, "hone_sampler", [c](benchmark::State& s) {
       per_sample_sampler<16>(s, c);

@@ -48,6 +48,7 @@
 #include "hone/rl/mmap_ring.hpp"
 #include "hone/rl/mmap_storage.hpp"
 #include "hone/rl/n_step.hpp"
+#include "hone/rl/packed_storage.hpp"
 #include "hone/rl/prioritized_sampler.hpp"
 #include "hone/rl/replay_buffer.hpp"
 #include "hone/rl/replay_io.hpp"

@@ -8,10 +8,17 @@
 // buffer keeps that list so that loading it into a buffer of another transition type is a
 // sentence, not garbage. transition_signature<T>() is a 64-bit hash of the same list (XXH3-64 of
 // its text), kept in an mmap_storage file's header for the same check.
+//
+// record_layout<T, Aligned> places a transition's fields in one record (array of structures), in
+// declaration order: with Aligned = false they touch (no padding: an mmap_storage file record,
+// Transition::bytes bytes); with Aligned = true each field starts at a multiple of its element's
+// alignment and the record size is a multiple of the largest one, as a C struct of the fields
+// would be (hone::packed_storage's in-memory records). pack/unpack copy a record to and from it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -97,5 +104,60 @@ template <transition_type Transition>
   const std::uint64_t h = checkpoint::hash64(std::as_bytes(std::span(text.data(), text.size())));
   return h == 0 ? 1 : h;
 }
+
+/// The place of each field of Transition in one packed record (see the top of this file).
+template <transition_type Transition, bool Aligned>
+struct record_layout {
+  /// Alignment of the record: the largest element alignment with Aligned, else 1.
+  static constexpr std::size_t alignment = [] {
+    std::size_t a = 1;
+    if constexpr (Aligned) {
+      Transition::for_each_field([&](auto i) {
+        using E = typename Transition::template field_at<i>::element_type;
+        a = alignof(E) > a ? alignof(E) : a;
+      });
+    }
+    return a;
+  }();
+
+  /// Byte offset of field I in a record.
+  template <std::size_t I>
+  [[nodiscard]] static constexpr std::size_t offset() noexcept {
+    std::size_t o = 0;
+    Transition::for_each_field([&](auto j) {
+      using F = typename Transition::template field_at<j>;
+      if constexpr (j <= I) {
+        if constexpr (Aligned) {
+          constexpr std::size_t a = alignof(typename F::element_type);
+          o = (o + a - 1) / a * a;
+        }
+        if constexpr (j < I) o += F::bytes;
+      }
+    });
+    return o;
+  }
+
+  /// Bytes of one record: the end of the last field, rounded up to `alignment`.
+  static constexpr std::size_t bytes = [] {
+    constexpr std::size_t last = Transition::field_count - 1;
+    constexpr std::size_t end = offset<last>() + Transition::template field_at<last>::bytes;
+    return (end + alignment - 1) / alignment * alignment;
+  }();
+
+  /// Copies a record's fields into the record at `out`.
+  static void pack(const typename Transition::record& rec, std::byte* out) noexcept {
+    Transition::for_each_field([&](auto i) {
+      using F = typename Transition::template field_at<i>;
+      std::memcpy(out + offset<i>(), Transition::template elements<i>(rec), F::bytes);
+    });
+  }
+  /// Copies the record at `in` into a record's fields.
+  static void unpack(const std::byte* in, typename Transition::record& rec) noexcept {
+    Transition::for_each_field([&](auto i) {
+      using F = typename Transition::template field_at<i>;
+      std::memcpy(Transition::template elements<i>(rec), in + offset<i>(), F::bytes);
+    });
+  }
+};
 
 HONE_NAMESPACE_END

@@ -89,8 +89,11 @@ class mmap_records {
   using batch_type = replay_batch<Transition>;
   /// The buffer reopens from this storage (hone::replay_buffer reads live_begin()/live_end()).
   static constexpr bool persistent = true;
+  /// The file's records: the fields packed with no padding (hone/rl/field_layout.hpp).
+  using layout = record_layout<Transition, false>;
   /// Bytes of one packed record.
   static constexpr std::size_t record_bytes = Transition::bytes;
+  static_assert(layout::bytes == record_bytes);
 
   mmap_records(std::size_t capacity, const mmap_storage& policy)
       : ring_(open_ring(capacity, policy)), live_begin_(ring_.oldest()), live_end_(ring_.end()) {}
@@ -120,11 +123,7 @@ class mmap_records {
 
   /// Copies slot s into a record.
   void read(std::size_t s, record_type& rec) const noexcept {
-    const std::byte* in = ring_.slot_data(s);
-    Transition::for_each_field([&](auto i) {
-      using F = typename Transition::template field_at<i>;
-      std::memcpy(Transition::template elements<i>(rec), in + offset<i>(), F::bytes);
-    });
+    layout::unpack(ring_.slot_data(s), rec);
   }
 
   /// Starts loading the records of `slots` into the cache.
@@ -167,11 +166,7 @@ class mmap_records {
   /// Byte offset of field I in a packed record.
   template <std::size_t I>
   [[nodiscard]] static constexpr std::size_t offset() noexcept {
-    std::size_t o = 0;
-    Transition::for_each_field([&](auto j) {
-      if constexpr (j < I) o += Transition::template field_at<j>::bytes;
-    });
-    return o;
+    return layout::template offset<I>();
   }
 
  private:
@@ -212,12 +207,7 @@ class mmap_records {
     }
   }
 
-  static void pack(const record_type& rec, std::byte* out) noexcept {
-    Transition::for_each_field([&](auto i) {
-      using F = typename Transition::template field_at<i>;
-      std::memcpy(out + offset<i>(), Transition::template elements<i>(rec), F::bytes);
-    });
-  }
+  static void pack(const record_type& rec, std::byte* out) noexcept { layout::pack(rec, out); }
 
   mmap_ring ring_;
   std::uint64_t live_begin_;

@@ -1,0 +1,170 @@
+// hone/rl/packed_storage.hpp: the in-memory ring of packed records (array of structures), the
+// other in-memory storage next to hone::ring_storage's columns:
+//
+//   hone::replay_buffer<step, hone::packed_storage, hone::prioritized<>> buffer(1 << 20);
+//
+// Slot s is one record at records[s * stride]: the transition's fields in declaration order, each
+// at a multiple of its element's alignment, the stride a multiple of the largest alignment (a C
+// struct of the fields: hone::record_layout<T, true> in hone/rl/field_layout.hpp; CartPole's 42
+// bytes take 44). The records are one 64-byte aligned allocation, advised to transparent huge
+// pages and touched (zeroed) at construction, like ring_storage's columns. prefetch() requests
+// each sampled record's line(s) and gather() copies each record's fields into the batch columns,
+// record by record. Batches, keys and weights are bit-identical to a ring_storage buffer's for the
+// same adds and seeds (the sampler does not see the storage).
+//
+// Which in-memory storage:
+// - packed_storage for small transitions sampled at random (prioritized or uniform replay of
+//   vector observations): a sampled item costs 1 cache miss, at most 2 (its record), where the
+//   columns cost one per field (6 for CartPole). sample(256) from 2^20 CartPole items: see
+//   docs/benchmarks.md ("Replay buffers").
+// - ring_storage (the default) for large fields (images, long vectors: a field of many lines
+//   costs the same misses in either layout, and the columns copy it as one run), for work that
+//   reads one field over many items (a column is contiguous), and for buffers saved with
+//   hone::save_replay_buffer: that format is one tensor per field, written straight from the
+//   columns. A packed buffer has no per-field arrays, so save_replay_buffer/load_replay_buffer
+//   (and replay_buffer::for_each_column) do not compile with it (a static_assert says so);
+//   hone/rl/replay_io.hpp's writer keeps views of the arrays it is given until the file is
+//   written, so the columns cannot be made up on the fly.
+//
+// Storage interface: the one of hone/rl/ring_storage.hpp (S(capacity), write, write_rows, read,
+// prefetch, gather), but not for_each_array; records() gives the raw records.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "hone/core/buffer.hpp"
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+#include "hone/rl/batch.hpp"
+#include "hone/rl/field_layout.hpp"
+#include "hone/rl/roles.hpp"
+#include "hone/rl/sum_tree.hpp"  // HONE_PREFETCH, detail::advise_huge_pages
+#include "hone/rl/transition.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+template <transition_type Transition>
+class packed_records;
+
+/// Storage policy: the in-memory ring of packed records (hone::packed_records).
+struct packed_storage {
+  using role = roles::replay_storage;
+  template <class Transition>
+  using storage_type = packed_records<Transition>;
+};
+
+/// The storage of hone::packed_storage (see the top of this header).
+template <transition_type Transition>
+class packed_records {
+ public:
+  using transition_type = Transition;
+  using record_type = typename Transition::record;
+  using batch_type = replay_batch<Transition>;
+  /// Where the fields lie in a record.
+  using layout = record_layout<Transition, true>;
+  /// Bytes from one record to the next.
+  static constexpr std::size_t stride = layout::bytes;
+  /// Bytes of a record that hold data (the end of its last field; the rest is padding).
+  static constexpr std::size_t data_bytes =
+      layout::template offset<Transition::field_count - 1>() +
+      Transition::template field_at<Transition::field_count - 1>::bytes;
+
+  explicit packed_records(std::size_t capacity) : capacity_(capacity) {
+    require(capacity > 0, "hone::packed_storage: the capacity must be positive");
+    require(capacity <= std::numeric_limits<std::size_t>::max() / stride,
+            "hone::packed_storage: a capacity of " + std::to_string(capacity) + " records of " +
+                std::to_string(stride) +
+                " bytes overflows the addressable size; the capacity is probably a negative "
+                "number converted to size_t");
+    records_ = buffer<std::byte>(capacity * stride);
+    detail::advise_huge_pages(records_.data(), records_.size_bytes());  // random records
+    std::memset(records_.data(), 0, records_.size_bytes());             // first touch
+  }
+
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+
+  /// Copies a record into slot s.
+  void write(std::size_t s, const record_type& rec) noexcept {
+    layout::pack(rec, records_.data() + s * stride);
+  }
+
+  /// Copies rows [row, row + n) of a batch into slots [s, s + n) (no wrap: s + n <= capacity).
+  void write_rows(std::size_t s, const batch_type& src, std::size_t row, std::size_t n) noexcept {
+    const std::byte* from[Transition::field_count];
+    Transition::for_each_field([&](auto i) {
+      using F = typename Transition::template field_at<i>;
+      from[i] =
+          reinterpret_cast<const std::byte*>(src.template column<i>().data()) + row * F::bytes;
+    });
+    std::byte* to = records_.data() + s * stride;
+    for (std::size_t k = 0; k < n; ++k, to += stride) {
+      Transition::for_each_field([&](auto i) {
+        using F = typename Transition::template field_at<i>;
+        std::memcpy(to + layout::template offset<i>(), from[i] + k * F::bytes, F::bytes);
+      });
+    }
+  }
+
+  /// Copies slot s into a record.
+  void read(std::size_t s, record_type& rec) const noexcept {
+    layout::unpack(records_.data() + s * stride, rec);
+  }
+
+  /// Starts loading the records of `slots` into the cache (every line holding data): called
+  /// before gather() with work in between, the random reads overlap that work.
+  void prefetch(std::span<const std::size_t> slots) const noexcept {
+    const auto* base = reinterpret_cast<const char*>(records_.data());
+    for (const std::size_t s : slots) {
+      const char* p = base + s * stride;
+      for (std::size_t b = 0; b < data_bytes; b += 64) HONE_PREFETCH(p + b);
+      // A record may end in the next line unless the stride divides the 64-byte lines the
+      // (64-byte aligned) records are cut into.
+      if constexpr (data_bytes % 64 != 0 && (stride > 64 || 64 % stride != 0)) {
+        HONE_PREFETCH(p + data_bytes - 1);
+      }
+    }
+  }
+
+  /// Copies slots[r] into row r of `out` for every r (out.size() >= slots.size()), record by
+  /// record (each record's line(s) read once).
+  void gather(std::span<const std::size_t> slots, batch_type& out) const noexcept {
+    std::byte* to[Transition::field_count];
+    Transition::for_each_field(
+        [&](auto i) { to[i] = reinterpret_cast<std::byte*>(out.template column<i>().data()); });
+    const std::byte* base = records_.data();
+    for (std::size_t r = 0; r < slots.size(); ++r) {
+      const std::byte* rec = base + slots[r] * stride;
+      Transition::for_each_field([&](auto i) {
+        using F = typename Transition::template field_at<i>;
+        std::memcpy(to[i] + r * F::bytes, rec + layout::template offset<i>(), F::bytes);
+      });
+    }
+  }
+
+  /// The records (capacity() * stride bytes; slot s at s * stride, its fields at
+  /// layout::offset<i>()).
+  [[nodiscard]] std::span<const std::byte> records() const noexcept {
+    return std::span<const std::byte>(records_.data(), records_.size_bytes());
+  }
+
+  /// Not available: the records hold no per-field arrays (see the top of this header).
+  template <class F>
+  void for_each_array(F&&) {
+    static_assert(checkpoint::detail::always_false<F>::value,
+                  "hone::packed_storage keeps each transition's fields together in one record, "
+                  "so it has no per-field columns to save: hone::save_replay_buffer, "
+                  "load_replay_buffer and replay_buffer::for_each_column need "
+                  "hone::ring_storage (the default storage).");
+  }
+
+ private:
+  std::size_t capacity_;
+  buffer<std::byte> records_;
+};
+
+HONE_NAMESPACE_END
