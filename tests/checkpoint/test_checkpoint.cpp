@@ -310,7 +310,18 @@ BOOST_AUTO_TEST_CASE(safetensors_round_trip_every_dtype) {
   const auto d = w.write(dir / "all.safetensors");
   BOOST_TEST(d.size == fs::file_size(dir / "all.safetensors"));
   BOOST_TEST(d.size == w.file_size());
-  BOOST_TEST((d == ck::hash_file(dir / "all.safetensors")));  // hashed on a second thread
+  BOOST_TEST((d == ck::hash_file(dir / "all.safetensors")));  // hashed as written
+  {
+    // A tensor larger than one write block (detail::hash_io_bytes): hashed block by block.
+    ck::tensor_writer plain;
+    const std::vector<float> big = pattern<float>(300000, 3);
+    static_assert(300000 * sizeof(float) > 2 * ck::detail::hash_io_bytes);
+    plain.add("big", {300000}, big);
+    const auto dp = plain.write(dir / "plain.safetensors");
+    BOOST_TEST((dp == ck::hash_file(dir / "plain.safetensors")));
+    const bytes mem = plain.to_bytes();
+    BOOST_TEST((dp == ck::file_digest{mem.size(), ck::hash128(mem)}));
+  }
   {
     // With a dtype conversion the file is hashed inline, as written through the staging buffer.
     ck::tensor_writer conv;

@@ -41,7 +41,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -659,46 +658,17 @@ class tensor_writer {
   }
 
   /// Writes a safetensors file at `path` (created or truncated), fsyncs it when `sync`, and returns
-  /// its size and XXH3-128 (for the MANIFEST). The data goes to the file with one write per
-  /// tensor, or through a 1 MiB staging buffer for tensors that change dtype. When no tensor
-  /// changes dtype, the XXH3-128 is computed on a second thread over the same bytes while the
-  /// first writes them (the hash then costs no time on the writing thread; bench_checkpoint's
-  /// ckpt_save_1G measures it).
+  /// its size and XXH3-128 (for the MANIFEST). The data goes to the file in blocks of
+  /// detail::hash_io_bytes (through a 1 MiB staging buffer for tensors that change dtype), each
+  /// hashed right after it is written, while it is still in the cache: one pass over memory. (A
+  /// second thread hashing the whole tensors alongside the writes was measured slower on 2 vCPUs,
+  /// on tmpfs and on disk: it competes with the kernel's writeback for the second core and reads
+  /// every byte from DRAM a second time; bench_checkpoint ckpt_save_1G, 2026-11-21.)
   file_digest write(const std::filesystem::path& path, bool sync = true) const {
-    const bool same_dtypes =
-        std::ranges::all_of(entries_, [](const entry& e) { return e.source == e.stored; });
-    if (!same_dtypes || entries_.empty()) {
-      output_file out(path);
-      write_to(out);
-      if (sync) out.sync();
-      return out.close();
-    }
-    const auto l = layout();
-    const std::string prefix = detail::safetensors_prefix(l, metadata_);
-    const auto prefix_bytes = std::as_bytes(std::span(prefix.data(), prefix.size()));
-    const std::vector<std::size_t> order = file_order();
-    digest128 hash{};
-    // The hashing thread reads what this thread writes; it is joined before anything returns or
-    // throws (the guard), so the tensors outlive it.
-    std::thread hashing([&] {
-      hasher h;
-      h.update(prefix_bytes);
-      for (std::size_t i : order) h.update(entries_[i].data);
-      hash = h.digest();
-    });
-    struct join_guard {
-      std::thread& t;
-      ~join_guard() {
-        if (t.joinable()) t.join();
-      }
-    } guard{hashing};
-    output_file out(path, create_mode::truncate, write_hashing::off);
-    out.write(prefix_bytes);
-    for (std::size_t i : order) out.write(entries_[i].data);
+    output_file out(path);
+    write_to(out);
     if (sync) out.sync();
-    const std::uint64_t size = out.close().size;
-    hashing.join();
-    return {size, hash};
+    return out.close();
   }
 
   /// The same file in memory.
