@@ -66,6 +66,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -191,6 +192,36 @@ inline void unshuffle_bytes(std::span<const std::byte> in, std::size_t item,
 }
 
 namespace detail {
+
+#if defined(__SANITIZE_THREAD__)
+#define HONE_DETAIL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HONE_DETAIL_TSAN 1
+#endif
+#endif
+
+/// Makes oneTBB's hand-offs visible to ThreadSanitizer. Debian's libtbb is not built with TSan,
+/// so the happens-before edges of its scheduler (a task's writes before the algorithm returns, a
+/// pipeline token recycled to another worker) are invisible and TSan reports the later reads as
+/// races. Under TSan, every task body calls enter() first and leave() last, and the caller calls
+/// enter() after the algorithm: each is a lock/unlock of one mutex, so the mutex order carries
+/// the edges TBB really provides. Without TSan both are empty.
+struct tbb_handoff {
+#if defined(HONE_DETAIL_TSAN)
+  std::mutex m;
+  void enter() {
+    std::lock_guard lock(m);
+  }
+  void leave() {
+    std::lock_guard lock(m);
+  }
+#else
+  void enter() {}
+  void leave() {}
+#endif
+};
+
 inline std::uint32_t load_le(const std::byte* p, std::size_t item) noexcept {
   std::uint32_t v = 0;
   for (std::size_t k = item; k-- > 0;) v = (v << 8) | static_cast<std::uint32_t>(p[k]);
@@ -480,9 +511,14 @@ class compressed_file {
     if (cs.size() <= 1) {
       decode_range(0, cs.size());
     } else {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, cs.size(), 1),
-          [&](const tbb::blocked_range<std::size_t>& r) { decode_range(r.begin(), r.end()); });
+      detail::tbb_handoff handoff;
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, cs.size(), 1),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          handoff.enter();
+                          decode_range(r.begin(), r.end());
+                          handoff.leave();
+                        });
+      handoff.enter();
     }
   }
 
@@ -675,9 +711,11 @@ inline std::vector<chunk_transform> choose_transforms(const tensor_writer& write
   for (std::size_t i = 0; i < layout.size(); ++i) {
     if (splits(layout[i].type) && layout[i].size_bytes() > 0) candidates.push_back(i);
   }
+  tbb_handoff handoff;
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, candidates.size(), 1),
       [&](const tbb::blocked_range<std::size_t>& r) {
+        handoff.enter();
         std::unique_ptr<ZSTD_CCtx, zstd_cctx_deleter> cctx(ZSTD_createCCtx());
         if (!cctx) throw allocation_error("hone: cannot create a zstd compression context", 0);
         std::vector<std::byte> raw, moved, packed;
@@ -701,7 +739,9 @@ inline std::vector<chunk_transform> choose_transforms(const tensor_writer& write
             }
           }
         }
+        handoff.leave();
       });
+  handoff.enter();
   return out;
 }
 }  // namespace detail
@@ -747,16 +787,19 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
   std::size_t sequence = 0;
   std::uint64_t file_offset = detail::prelude_bytes;
 
+  detail::tbb_handoff handoff;
   tbb::parallel_pipeline(
       tokens,
       tbb::make_filter<void,
                        job*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> job* {
+        handoff.enter();
         while (next_tensor < layout.size() && next_offset >= layout[next_tensor].size_bytes()) {
           ++next_tensor;
           next_offset = 0;
         }
         if (next_tensor >= layout.size()) {
           fc.stop();
+          handoff.leave();
           return nullptr;
         }
         const std::size_t item = dtype_size(layout[next_tensor].type);
@@ -767,8 +810,10 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         j->length = static_cast<std::size_t>(
             std::min<std::uint64_t>(chunk, layout[next_tensor].size_bytes() - next_offset));
         next_offset += j->length;
+        handoff.leave();
         return j;
       }) & tbb::make_filter<job*, job*>(tbb::filter_mode::parallel, [&](job* j) -> job* {
+        handoff.enter();
         const std::size_t item = dtype_size(layout[j->tensor].type);
         j->raw.resize(j->length);
         writer.read_stored(order[j->tensor], j->offset, j->raw);
@@ -786,15 +831,19 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         const std::size_t r =
             detail::compress_planes(j->cctx.get(), j->shuffled, item, j->packed, options.level);
         j->info.stored_bytes = r < j->length ? r : j->length;
+        handoff.leave();
         return j;
       }) & tbb::make_filter<job*, void>(tbb::filter_mode::serial_in_order, [&](job* j) {
+        handoff.enter();
         const bool packed = j->info.stored_bytes < j->info.raw_bytes;
         sink.write(std::span<const std::byte>(packed ? j->packed : j->raw)
                        .first(static_cast<std::size_t>(j->info.stored_bytes)));
         j->info.file_offset = file_offset;
         file_offset += j->info.stored_bytes;
         chunks[j->tensor].push_back(j->info);
+        handoff.leave();
       }));
+  handoff.enter();
 
   std::string index;
   detail::append_header_json(index, layout, writer.metadata(),
