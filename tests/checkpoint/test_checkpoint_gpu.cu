@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "../support/gpu.hpp"
+#include "../support/linear_model.hpp"
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
@@ -202,55 +203,6 @@ cudaMemoryType memory_type(const void* p) {
 
 // ---- a linear regression whose forward/backward runs on the host, tensors on the device ----
 
-struct batch {
-  std::vector<float> x, y;
-};
-
-batch make_batch(std::size_t rows, std::size_t dim, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0, 1);
-  batch b{std::vector<float>(rows * dim), std::vector<float>(rows)};
-  for (auto& v : b.x) v = n(rng);
-  for (std::size_t r = 0; r < rows; ++r) {
-    float y = 0.3f;
-    for (std::size_t c = 0; c < dim; ++c) y += 0.5f * static_cast<float>(c % 3) * b.x[r * dim + c];
-    b.y[r] = y;
-  }
-  return b;
-}
-
-template <class T>
-struct host_linear {
-  std::size_t dim;
-  std::vector<T> w, gw, b, gb;
-  float poison = 0;
-  explicit host_linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
-    for (std::size_t i = 0; i < d; ++i) w[i] = T(0.1f * static_cast<float>(i % 5) - 0.2f);
-    b[0] = T(0.05f);
-  }
-  std::vector<hone::parameter<T>> parameters() {
-    return {{"w", {dim}, w, gw}, {"bias", {1}, b, gb}};
-  }
-  float forward_backward(const batch& bt, float scale) {
-    std::vector<float> g(dim, 0.0f);
-    float gbias = 0, loss = 0;
-    const std::size_t rows = bt.y.size();
-    for (std::size_t r = 0; r < rows; ++r) {
-      float pred = static_cast<float>(b[0]);
-      for (std::size_t c = 0; c < dim; ++c) pred += static_cast<float>(w[c]) * bt.x[r * dim + c];
-      const float e = pred - bt.y[r];
-      loss += e * e / static_cast<float>(rows);
-      for (std::size_t c = 0; c < dim; ++c)
-        g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
-      gbias += 2 * e / static_cast<float>(rows);
-    }
-    for (std::size_t c = 0; c < dim; ++c) gw[c] = T(g[c] * scale);
-    gb[0] = T(gbias * scale);
-    if (poison != 0) gw[1] = T(poison);
-    return loss;
-  }
-};
-
 /// The same model with its tensors in two device arenas (values, gradients): with fp32 weights the
 /// CUDA trainer binds them as its master weights (zero copy).
 template <class T>
@@ -258,13 +210,13 @@ struct device_linear {
   std::size_t dim;
   hone::arena_layout layout{sizeof(T)};
   hone::arena<T, hone::cuda_space> values, grads;
-  float poison = 0;
+  float nan_in_grad = 0;  // passed to the host twin (fault injection)
   explicit device_linear(std::size_t d) : dim(d) {
     layout.add("w", d);
     layout.add("bias", 1);
     values = hone::arena<T, hone::cuda_space>(layout);
     grads = hone::arena<T, hone::cuda_space>(layout);
-    host_linear<T> init(d);
+    linear<T> init(d);
     upload(w(), init.w);
     upload(b(), init.b);
   }
@@ -275,10 +227,10 @@ struct device_linear {
             {"bias", {1}, values.view(1), grads.view(1)}};
   }
   float forward_backward(const batch& bt, float scale) {
-    host_linear<T> m(dim);
+    linear<T> m(dim);
     m.w = download(w(), dim);
     m.b = download(b(), 1);
-    m.poison = poison;
+    m.nan_in_grad = nan_in_grad;
     const float loss = m.forward_backward(bt, scale);
     upload(grads.view(0).data(), m.gw);
     upload(grads.view(1).data(), m.gb);
@@ -324,9 +276,9 @@ void check_resume(int before, int after, std::vector<int> poison, Policies... po
   static_assert(ck::device_trainer<decltype(a)>);
   BOOST_TEST((a.zero_copy() == std::is_same_v<T, float>));
   const auto run_step = [&](auto& t, auto& m, int s) {
-    m.poison = std::find(poison.begin(), poison.end(), s) != poison.end()
-                   ? std::numeric_limits<float>::infinity()
-                   : 0.0f;
+    m.nan_in_grad = std::find(poison.begin(), poison.end(), s) != poison.end()
+                        ? std::numeric_limits<float>::infinity()
+                        : 0.0f;
     const std::vector<batch> parts = batches_of(s);
     return t.step(std::span<const batch>(parts));
   };
@@ -504,7 +456,7 @@ BOOST_AUTO_TEST_CASE(fp16_dynamic_scale_with_infs_resumes_bitwise) {
 
 BOOST_AUTO_TEST_CASE(host_checkpoint_restores_into_the_cuda_trainer) {
   temp_root root;
-  host_linear<float> hm(dim);
+  linear<float> hm(dim);
   hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
   for (int s = 0; s < 3; ++s) {
     const std::vector<batch> parts = batches_of(s);

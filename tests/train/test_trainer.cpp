@@ -16,46 +16,11 @@
 #include <string_view>
 #include <vector>
 
-namespace {
-struct batch {
-  std::vector<float> x;  // rows * dim
-  std::vector<float> y;  // rows
-  std::size_t count() const { return y.size(); }
-};
+#include "../support/linear_model.hpp"
 
+namespace {
 // y = w . x + b with mean squared error, in working type T. Storage either one contiguous block
 // laid out like hone's arena (zero-copy for fp32) or separate vectors.
-template <class T>
-struct linear {
-  std::size_t dim;
-  std::vector<T> w, gw, b, gb;
-  float nan_in_grad = 0;  // when non-zero, this value is written into gw[1] (fault injection)
-  explicit linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
-    for (std::size_t i = 0; i < d; ++i) w[i] = T(0.1f * static_cast<float>(i % 5) - 0.2f);
-    b[0] = T(0.05f);
-  }
-  std::vector<hone::parameter<T>> parameters() {
-    return {{"w", {dim}, w, gw}, {"bias", {1}, b, gb}};
-  }
-  float forward_backward(const batch& bt, float scale) {
-    std::vector<float> g(dim, 0.0f);
-    float gbias = 0, loss = 0;
-    const std::size_t rows = bt.y.size();
-    for (std::size_t r = 0; r < rows; ++r) {
-      float pred = static_cast<float>(b[0]);
-      for (std::size_t c = 0; c < dim; ++c) pred += static_cast<float>(w[c]) * bt.x[r * dim + c];
-      const float e = pred - bt.y[r];
-      loss += e * e / static_cast<float>(rows);
-      for (std::size_t c = 0; c < dim; ++c)
-        g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
-      gbias += 2 * e / static_cast<float>(rows);
-    }
-    for (std::size_t c = 0; c < dim; ++c) gw[c] = T(g[c] * scale);
-    gb[0] = T(gbias * scale);
-    if (nan_in_grad != 0) gw[1] = T(nan_in_grad);
-    return loss;
-  }
-};
 
 // fp32 model whose tensors live in one arena: the trainer uses them in place.
 struct bound_linear {
@@ -85,19 +50,6 @@ struct bound_linear {
     return loss;
   }
 };
-
-batch make_batch(std::size_t rows, std::size_t dim, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0, 1);
-  batch b{std::vector<float>(rows * dim), std::vector<float>(rows)};
-  for (auto& v : b.x) v = n(rng);
-  for (std::size_t r = 0; r < rows; ++r) {
-    float y = 0.3f;
-    for (std::size_t c = 0; c < dim; ++c) y += 0.5f * static_cast<float>(c % 3) * b.x[r * dim + c];
-    b.y[r] = y;
-  }
-  return b;
-}
 
 batch concat(const std::vector<batch>& parts) {
   batch all;

@@ -26,61 +26,11 @@
 #include <vector>
 
 #include "../support/gpu.hpp"
+#include "../support/linear_model.hpp"
 
 namespace {
 struct gpu_fixture {
   gpu_fixture() { hone::test::skip_without_gpu(); }
-};
-
-struct batch {
-  std::vector<float> x, y;
-  std::size_t count() const { return y.size(); }
-};
-
-batch make_batch(std::size_t rows, std::size_t dim, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0, 1);
-  batch b{std::vector<float>(rows * dim), std::vector<float>(rows)};
-  for (auto& v : b.x) v = n(rng);
-  for (std::size_t r = 0; r < rows; ++r) {
-    float y = 0.3f;
-    for (std::size_t c = 0; c < dim; ++c) y += 0.5f * static_cast<float>(c % 3) * b.x[r * dim + c];
-    b.y[r] = y;
-  }
-  return b;
-}
-
-/// Linear regression with mean squared error; weights and gradients in working type T.
-template <class T>
-struct host_linear {
-  std::size_t dim;
-  std::vector<T> w, gw, b, gb;
-  float poison = 0;
-  explicit host_linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
-    for (std::size_t i = 0; i < d; ++i) w[i] = T(0.1f * static_cast<float>(i % 5) - 0.2f);
-    b[0] = T(0.05f);
-  }
-  std::vector<hone::parameter<T>> parameters() {
-    return {{"w", {dim}, w, gw}, {"bias", {1}, b, gb}};
-  }
-  float forward_backward(const batch& bt, float scale) {
-    std::vector<float> g(dim, 0.0f);
-    float gbias = 0, loss = 0;
-    const std::size_t rows = bt.y.size();
-    for (std::size_t r = 0; r < rows; ++r) {
-      float pred = static_cast<float>(b[0]);
-      for (std::size_t c = 0; c < dim; ++c) pred += static_cast<float>(w[c]) * bt.x[r * dim + c];
-      const float e = pred - bt.y[r];
-      loss += e * e / static_cast<float>(rows);
-      for (std::size_t c = 0; c < dim; ++c)
-        g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
-      gbias += 2 * e / static_cast<float>(rows);
-    }
-    for (std::size_t c = 0; c < dim; ++c) gw[c] = T(g[c] * scale);
-    gb[0] = T(gbias * scale);
-    if (poison != 0) gw[1] = T(poison);
-    return loss;
-  }
 };
 
 /// The same model with its tensors in device memory.
@@ -88,9 +38,9 @@ template <class T>
 struct device_linear {
   std::size_t dim;
   hone::buffer<T, hone::cuda_space> w, gw, b, gb;
-  float poison = 0;
+  float nan_in_grad = 0;  // passed to the host twin (fault injection)
   explicit device_linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
-    host_linear<T> init(d);
+    linear<T> init(d);
     HONE_CUDA_CHECK(cudaMemcpy(w.data(), init.w.data(), d * sizeof(T), cudaMemcpyHostToDevice));
     HONE_CUDA_CHECK(cudaMemcpy(b.data(), init.b.data(), sizeof(T), cudaMemcpyHostToDevice));
   }
@@ -99,10 +49,10 @@ struct device_linear {
             {"bias", {1}, {b.data(), 1}, {gb.data(), 1}}};
   }
   float forward_backward(const batch& bt, float scale) {
-    host_linear<T> m(dim);
+    linear<T> m(dim);
     HONE_CUDA_CHECK(cudaMemcpy(m.w.data(), w.data(), dim * sizeof(T), cudaMemcpyDeviceToHost));
     HONE_CUDA_CHECK(cudaMemcpy(m.b.data(), b.data(), sizeof(T), cudaMemcpyDeviceToHost));
-    m.poison = poison;
+    m.nan_in_grad = nan_in_grad;
     const float loss = m.forward_backward(bt, scale);
     HONE_CUDA_CHECK(cudaMemcpy(gw.data(), m.gw.data(), dim * sizeof(T), cudaMemcpyHostToDevice));
     HONE_CUDA_CHECK(cudaMemcpy(gb.data(), m.gb.data(), sizeof(T), cudaMemcpyHostToDevice));
@@ -126,7 +76,7 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 template <class T, class... Policies>
 void check_parity(int steps, int poison_at, Policies... policies) {
   const std::size_t dim = 29;
-  host_linear<T> hm(dim);
+  linear<T> hm(dim);
   device_linear<T> dm(dim);
   hone::trainer ht(hm, policies...);
   hone::trainer dt(dm, policies...);
@@ -137,7 +87,7 @@ void check_parity(int steps, int poison_at, Policies... policies) {
     const std::vector<batch> parts{make_batch(6, dim, static_cast<unsigned>(40 + 2 * s)),
                                    make_batch(10, dim, static_cast<unsigned>(41 + 2 * s))};
     const bool poison = s == poison_at;
-    hm.poison = dm.poison = poison ? std::numeric_limits<float>::infinity() : 0.0f;
+    hm.nan_in_grad = dm.nan_in_grad = poison ? std::numeric_limits<float>::infinity() : 0.0f;
     std::vector<float> master_before, m_before;
     std::vector<T> w_before;
     if (poison) {
