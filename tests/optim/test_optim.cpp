@@ -17,6 +17,7 @@
 #include <hone/optim/adamw.hpp>
 #include <hone/optim/adamw_8bit.hpp>
 #include <hone/optim/clipping.hpp>
+#include <hone/optim/detail/simd.hpp>
 #include <hone/optim/param_group.hpp>
 #include <hone/optim/quantization.hpp>
 #include <hone/optim/sgd.hpp>
@@ -357,6 +358,87 @@ BOOST_AUTO_TEST_CASE(adamw_bf16_gradients_match_float_gradients_of_the_same_valu
   BOOST_TEST(std::memcmp(m1.all().data(), m2.all().data(), m1.all().size_bytes()) == 0);
   BOOST_TEST(std::memcmp(s1.exp_avg_sq().all().data(), s2.exp_avg_sq().all().data(),
                          s1.exp_avg_sq().all().size_bytes()) == 0);
+}
+
+// The optimizer's products are never fused into an FMA (hone/optim/detail/simd.hpp, "no
+// contraction"), so an element gets the same bits in the vector body, in the zero-padded tail, in
+// a one-element range (an offload bucket) and through the element functor (the scalar and CUDA
+// path), and those bits are the unfused formula's. Built twice: test_optim with the project's
+// flags and test_optim_native with -march=native, where the compiler may fuse (FMA hardware).
+namespace unfused {
+// Each product is stored to a volatile and read back, so it is rounded on its own.
+float mul(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+void adamw(const hone::adamw_coefficients& c, float& p, float g, float& m, float& v) {
+  const float gs = mul(g, c.grad_scale);
+  p = mul(p, c.decay);
+  m = mul(c.beta1, m) + mul(c.one_minus_beta1, gs);
+  v = mul(c.beta2, v) + mul(mul(c.one_minus_beta2, gs), gs);
+  const float denom = mul(std::sqrt(v), c.inv_bc2_sqrt) + c.eps;
+  p = p - mul(c.step_size, m) / denom;
+}
+}  // namespace unfused
+
+BOOST_AUTO_TEST_CASE(update_bits_do_not_depend_on_where_an_element_sits) {
+  constexpr std::size_t n = 203;  // several vectors and a tail at every SIMD width
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  std::vector<float> p0(n), g(n), m0(n), v0(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p0[i] = nd(rng);
+    g[i] = 1e-2f * nd(rng);
+    m0[i] = 1e-3f * nd(rng);
+    v0[i] = 1e-5f * std::abs(nd(rng));
+  }
+  const auto c = hone::adamw_coefficients::make(0.9f, 0.999f, 1e-8f,
+                                                {.step = 3, .grad_scale = 0.5f}, 1e-3f, 0.01f);
+  const hone::adamw_functor<float> op{c};
+  const auto idx = std::index_sequence<0, 1, 2, 3>{};
+
+  auto whole_p = p0, whole_m = m0, whole_v = v0;  // vector body + tail
+  hone::detail::simd_apply_range(
+      op, 0, n, std::make_tuple(whole_p.data(), g.data(), whole_m.data(), whole_v.data()), idx);
+  auto one_p = p0, one_m = m0, one_v = v0;  // one-element ranges (all tails)
+  for (std::size_t i = 0; i < n; ++i) {
+    hone::detail::simd_apply_range(
+        op, i, i + 1, std::make_tuple(one_p.data(), g.data(), one_m.data(), one_v.data()), idx);
+  }
+  auto elem_p = p0, elem_m = m0, elem_v = v0;  // the element functor
+  auto ref_p = p0, ref_m = m0, ref_v = v0;     // the unfused formula
+  for (std::size_t i = 0; i < n; ++i) {
+    op(elem_p[i], g[i], elem_m[i], elem_v[i]);
+    unfused::adamw(c, ref_p[i], g[i], ref_m[i], ref_v[i]);
+  }
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  BOOST_TEST(same(whole_p, ref_p));
+  BOOST_TEST(same(whole_m, ref_m));
+  BOOST_TEST(same(whole_v, ref_v));
+  BOOST_TEST(same(one_p, ref_p));
+  BOOST_TEST(same(one_m, ref_m));
+  BOOST_TEST(same(one_v, ref_v));
+  BOOST_TEST(same(elem_p, ref_p));
+  BOOST_TEST(same(elem_m, ref_m));
+  BOOST_TEST(same(elem_v, ref_v));
+  BOOST_TEST(!same(ref_p, p0));  // the step did something
+
+  // SGD with Nesterov momentum: vector path and element path agree.
+  const hone::sgd_momentum_functor<float> sop{.lr = 0.1f,
+                                              .weight_decay = 0.01f,
+                                              .grad_scale = 0.5f,
+                                              .keep = 0.9f,
+                                              .take = 1.0f,
+                                              .nesterov_grad = 1.0f,
+                                              .nesterov_buf = 0.9f};
+  auto sp = p0, sb = m0, ep = p0, eb = m0;
+  hone::detail::simd_apply_range(sop, 0, n, std::make_tuple(sp.data(), g.data(), sb.data()),
+                                 std::index_sequence<0, 1, 2>{});
+  for (std::size_t i = 0; i < n; ++i) sop(ep[i], g[i], eb[i]);
+  BOOST_TEST(same(sp, ep));
+  BOOST_TEST(same(sb, eb));
 }
 
 BOOST_AUTO_TEST_CASE(adamw_state_tensors_are_named_and_counted) {

@@ -123,8 +123,14 @@ struct adamw_functor {
   HONE_HOST_DEVICE void apply(T& p, const T& g, T& m, T& v) const {
     c.update(p, g, m, v);
   }
+  /// One element (the scalar and CUDA paths): the same math on detail::sfloat, whose products
+  /// are never fused, so the bits match the vector path's.
   HONE_HOST_DEVICE void operator()(float& p, const G& g, float& m, float& v) const {
-    c.update(p, detail::grad_to_float(g), m, v);
+    detail::sfloat sp(p), sm(m), sv(v);
+    c.update(sp, detail::sfloat(detail::grad_to_float(g)), sm, sv);
+    p = sp.v;
+    m = sm.v;
+    v = sv.v;
   }
   /// Multiplies the gradient scale (the CUDA path folds a device-side clip coefficient in).
   HONE_HOST_DEVICE void scale_grads(float s) { c.grad_scale *= s; }
@@ -140,7 +146,12 @@ struct adamw_amsgrad_functor {
     c.update_amsgrad(p, g, m, v, v_max);
   }
   HONE_HOST_DEVICE void operator()(float& p, const G& g, float& m, float& v, float& v_max) const {
-    c.update_amsgrad(p, detail::grad_to_float(g), m, v, v_max);
+    detail::sfloat sp(p), sm(m), sv(v), sx(v_max);
+    c.update_amsgrad(sp, detail::sfloat(detail::grad_to_float(g)), sm, sv, sx);
+    p = sp.v;
+    m = sm.v;
+    v = sv.v;
+    v_max = sx.v;
   }
   HONE_HOST_DEVICE void scale_grads(float s) { c.grad_scale *= s; }
 };

@@ -68,8 +68,11 @@ struct sgd_functor {
     const T d = g * T(grad_scale) + T(weight_decay) * p;
     p = p - T(lr) * d;
   }
+  /// One element: the same math on detail::sfloat (products never fused; see simd.hpp).
   HONE_HOST_DEVICE void operator()(float& p, const G& g) const {
-    apply(p, detail::grad_to_float(g));
+    detail::sfloat sp(p);
+    apply(sp, detail::sfloat(detail::grad_to_float(g)));
+    p = sp.v;
   }
   HONE_HOST_DEVICE void scale_grads(float s) { grad_scale *= s; }
 };
@@ -94,8 +97,12 @@ struct sgd_momentum_functor {
     d = T(nesterov_grad) * d + T(nesterov_buf) * b;
     p = p - T(lr) * d;
   }
+  /// One element: the same math on detail::sfloat (products never fused; see simd.hpp).
   HONE_HOST_DEVICE void operator()(float& p, const G& g, float& b) const {
-    apply(p, detail::grad_to_float(g), b);
+    detail::sfloat sp(p), sb(b);
+    apply(sp, detail::sfloat(detail::grad_to_float(g)), sb);
+    p = sp.v;
+    b = sb.v;
   }
   HONE_HOST_DEVICE void scale_grads(float s) { grad_scale *= s; }
 };

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(Threads)
         m[e] = smap[cm[j]] * am0;
         v[e] = umap[cv[j]] * av0;
         float pj = p[j];
-        f.c.update(pj, grad_to_float(g[j]), m[e], v[e]);
+        f(pj, g[j], m[e], v[e]);  // the element path: products never fused
         p[j] = pj;
         local_m = optim_max(local_m, fabsf(m[e]));
         local_v = optim_max(local_v, fabsf(v[e]));
