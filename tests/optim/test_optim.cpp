@@ -552,6 +552,56 @@ BOOST_AUTO_TEST_CASE(dynamic_maps_match_bitsandbytes) {
   }
 }
 
+// The direct index (adamw_8bit's encoder) against the binary search, bit for bit: every 512th
+// float bit pattern (both signs, subnormals, infinities, NaN), both ends of every bucket and
+// their neighbours, and every entry, midpoint and their neighbours; keep_sign too.
+BOOST_AUTO_TEST_CASE(quantization_index_matches_the_binary_search) {
+  for (bool is_signed : {true, false}) {
+    const auto& idx = hone::dynamic_map_index(is_signed);
+    BOOST_TEST_REQUIRE(idx.usable(), "a bucket of the dynamic map holds two entries");
+    const float* map = idx.map();
+    std::size_t checked = 0, bad = 0;
+    auto check = [&](std::uint32_t bits) {
+      float x;
+      std::memcpy(&x, &bits, sizeof x);
+      ++checked;
+      const auto a = idx.nearest(x);
+      const auto b = hone::quantize_nearest(map, x);
+      if (a != b) {
+        if (bad++ < 5) BOOST_TEST_MESSAGE("x " << x << " index " << int(a) << " search " << int(b));
+      }
+      for (float value : {x, -x, 1.0f, -1.0f}) {
+        if (idx.nearest_keep_sign(x, value) != hone::quantize_keep_sign(map, x, value)) ++bad;
+      }
+    };
+    for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 512) {
+      check(static_cast<std::uint32_t>(b) | 0x5au);
+    }
+    for (std::uint64_t k = 0; k < hone::quantization_index::buckets; ++k) {
+      const auto first = static_cast<std::uint32_t>(k << hone::quantization_index::key_shift);
+      const std::uint32_t last = first | ((1u << hone::quantization_index::key_shift) - 1u);
+      for (std::uint32_t d = 0; d < 3; ++d) {
+        check(first + d);
+        check(last - d);
+      }
+    }
+    auto around = [&](float v) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      for (std::uint32_t d = 0; d < 5; ++d) {
+        check(bits + d);
+        check(bits - d);
+      }
+    };
+    for (int j = 0; j < 256; ++j) {
+      around(map[j]);
+      if (j < 255) around((map[j] + map[j + 1]) / 2.0f);
+    }
+    BOOST_TEST(bad == 0u,
+               bad << " of " << checked << " values differ (signed " << is_signed << ")");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(quantize_nearest_is_the_nearest_entry) {
   std::mt19937 rng(5);
   for (bool sgn : {true, false}) {

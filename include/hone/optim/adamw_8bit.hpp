@@ -75,11 +75,13 @@ namespace detail {
 /// One quantization block of an 8-bit AdamW step on the host: decode, update (vectorized with the
 /// AdamW functor), new absmax, encode. `len` <= block <= 4096.
 template <class G>
-inline void adamw_8bit_block(const adamw_coefficients& c, const float* smap, const float* umap,
-                             float* p, const G* g, std::uint8_t* qm, std::uint8_t* qv, float* am,
-                             float* av, std::size_t len) {
+inline void adamw_8bit_block(const adamw_coefficients& c, const quantization_index& sidx,
+                             const quantization_index& uidx, float* p, const G* g, std::uint8_t* qm,
+                             std::uint8_t* qv, float* am, float* av, std::size_t len) {
   alignas(64) float m[4096];
   alignas(64) float v[4096];
+  const float* smap = sidx.map();
+  const float* umap = uidx.map();
   const float am0 = *am;
   const float av0 = *av;
   for (std::size_t j = 0; j < len; ++j) {
@@ -100,8 +102,8 @@ inline void adamw_8bit_block(const adamw_coefficients& c, const float* smap, con
   const float im = nm > 0.0f ? 1.0f / nm : 0.0f;
   const float iv = nv > 0.0f ? 1.0f / nv : 0.0f;
   for (std::size_t j = 0; j < len; ++j) {
-    qm[j] = quantize_keep_sign(smap, m[j] * im, m[j]);
-    qv[j] = quantize_nearest(umap, v[j] * iv);
+    qm[j] = sidx.nearest_keep_sign(m[j] * im, m[j]);
+    qv[j] = uidx.nearest(v[j] * iv);
   }
 }
 
@@ -195,8 +197,8 @@ class adamw_8bit_state {
   void step(
       const adamw_8bit& policy, const optimizer_step_args& args, float* master, const G* grad,
       const std::vector<param_group>& groups = {}) requires(space_traits<Space>::host_accessible) {
-    const float* smap = dynamic_map(true).values.data();
-    const float* umap = dynamic_map(false).values.data();
+    const quantization_index& sidx = dynamic_map_index(true);
+    const quantization_index& uidx = dynamic_map_index(false);
     std::uint8_t* qm = exp_avg_codes_.all().data();
     std::uint8_t* qv = exp_avg_sq_codes_.all().data();
     float* am = exp_avg_absmax_.all().data();
@@ -226,7 +228,7 @@ class adamw_8bit_state {
                                   const std::size_t e = b * block;
                                   const std::size_t len = std::min(block, sl.count - e);
                                   detail::adamw_8bit_block(
-                                      c, smap, umap, master + sl.offset + e, grad + sl.offset + e,
+                                      c, sidx, uidx, master + sl.offset + e, grad + sl.offset + e,
                                       qm + sl.code_offset + e, qv + sl.code_offset + e,
                                       am + sl.absmax_offset + b, av + sl.absmax_offset + b, len);
                                 }
