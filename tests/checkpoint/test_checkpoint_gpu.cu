@@ -13,7 +13,10 @@
 //    injected infs before and after the save;
 //  - the files of a CUDA trainer are the host trainer's: a host checkpoint restores into the CUDA
 //    trainer bit for bit, and capturing it again gives the same tensor bytes;
-//  - the every_n_steps policy checkpoints a CUDA trainer (capture chosen by its constraint).
+//  - the every_n_steps policy checkpoints a CUDA trainer (capture chosen by its constraint);
+//  - a CUDA trainer with the offload role (master weights and state in host memory, saved by the
+//    host capture) checkpoints through every_n_steps, and its checkpoint resumes bit for bit both
+//    in a fresh offloaded trainer and in the plain CUDA trainer.
 // Exits 77 (skipped) when no CUDA device is present.
 #define BOOST_TEST_MODULE hone_checkpoint_gpu
 #include <boost/test/unit_test.hpp>
@@ -33,6 +36,7 @@
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/offload/optimizer_to_host.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/cuda/trainer.cuh>
 #include <hone/train/trainer.hpp>
@@ -513,4 +517,77 @@ BOOST_AUTO_TEST_CASE(every_n_steps_policy_checkpoints_a_cuda_trainer) {
   (void)ck::restore(r, newest->path);
   BOOST_TEST(r.steps_done() == 4u);
   BOOST_TEST(same_bits(download(r.master_weights().data(), r.layout().total()), master_at_4));
+}
+
+BOOST_AUTO_TEST_CASE(offloaded_cuda_trainer_checkpoints_and_resumes_bitwise) {
+  using T = hone::bfloat16;
+  temp_root root;
+  const hone::offload::optimizer_to_host off{.bucket_bytes = 40};  // buckets inside "w"
+  auto run = [](auto& t, int s) {
+    const std::vector<batch> parts = batches_of(s);
+    return t.step(std::span<const batch>(parts));
+  };
+  device_linear<T> am(dim);
+  hone::trainer a(
+      am, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
+      hone::constant_lr{.base_lr = 0.01}, off,
+      ck::every_n_steps{.root = root.path, .every = 3, .writer = {.async = true, .sync = false}});
+  static_assert(decltype(a)::offloaded);
+  static_assert(!ck::device_trainer<decltype(a)>);
+  std::vector<hone::step_report> live;
+  for (int s = 0; s < 7; ++s) {
+    const auto r = run(a, s);
+    if (s >= 3) live.push_back(r);
+  }
+  a.checkpointer().wait();
+  const auto newest_at_3 = root.path / "step-000000003";
+  BOOST_REQUIRE(ck::verify_directory(newest_at_3, true).ok());
+  const std::span<float> a_master = a.master_weights();
+  const std::vector<float> want_master(a_master.begin(), a_master.end());
+  std::vector<std::vector<float>> want_state;
+  a.optimizer_state().for_each_tensor([&](std::string_view, const auto& arena) {
+    want_state.emplace_back(arena.all().begin(), arena.all().end());
+  });
+  const auto want_w = download(am.w(), dim);
+
+  auto check_resumed = [&](auto& t, device_linear<T>& m, bool offloaded) {
+    BOOST_TEST_CONTEXT("restored into the " << (offloaded ? "offloaded" : "plain") << " trainer") {
+      (void)ck::restore(t, newest_at_3);
+      BOOST_TEST(t.steps_done() == 3u);
+      for (int s = 3; s < 7; ++s) {
+        const auto r = run(t, s);
+        const auto& l = live[static_cast<std::size_t>(s - 3)];
+        BOOST_TEST(std::memcmp(&r.loss, &l.loss, sizeof(float)) == 0, "loss at step " << s);
+        BOOST_TEST(r.step == l.step);
+      }
+      std::vector<float> master;
+      std::vector<std::vector<float>> state;
+      if constexpr (std::remove_reference_t<decltype(t)>::offloaded) {
+        const std::span<float> mm = t.master_weights();
+        master.assign(mm.begin(), mm.end());
+        t.optimizer_state().for_each_tensor([&](std::string_view, const auto& arena) {
+          state.emplace_back(arena.all().begin(), arena.all().end());
+        });
+      } else {
+        master = download(t.master_weights().data(), t.layout().total());
+        t.optimizer_state().for_each_tensor([&](std::string_view, const auto& arena) {
+          state.push_back(download(arena.all().data(), arena.all().size()));
+        });
+      }
+      BOOST_TEST(same_bits(master, want_master), "master weights");
+      BOOST_TEST(state.size() == want_state.size());
+      for (std::size_t i = 0; i < state.size() && i < want_state.size(); ++i) {
+        BOOST_TEST(same_bits(state[i], want_state[i]), "optimizer tensor " << i);
+      }
+      BOOST_TEST(same_bits(download(m.w(), dim), want_w), "working weights");
+    }
+  };
+  device_linear<T> bm(dim);
+  hone::trainer b(bm, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
+                  hone::constant_lr{.base_lr = 0.01}, off);
+  check_resumed(b, bm, true);
+  device_linear<T> cm(dim);
+  hone::trainer c(cm, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
+                  hone::constant_lr{.base_lr = 0.01});
+  check_resumed(c, cm, false);
 }

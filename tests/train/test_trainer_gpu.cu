@@ -2,10 +2,16 @@
 // the same model math (a linear regression whose forward/backward runs on the host and moves its
 // weights and gradients through device memory), the same policies, the same batches. Checks per
 // step: skipped flags and loss scales identical, losses and gradient norms equal to float
-// tolerance; at the end, master weights and moments equal to float tolerance (the device AdamW
-// may contract multiply-adds). fp32 (AdamW, L2 clipping, OneCycle, accumulation), bf16 (SGD with
-// momentum, clipping by value) and fp16 (dynamic loss scale) with an injected inf: the skipped
-// step leaves the device master weights, moments and working weights bit-identical.
+// tolerance; at the end, master weights and moments equal to float tolerance (the two reduce the
+// gradient norm in different orders, so clipping coefficients differ in the last bits). fp32
+// (AdamW, L2 clipping, OneCycle, accumulation), bf16 (SGD with momentum, clipping by value) and
+// fp16 (dynamic loss scale) with an injected inf: the skipped step leaves the device master
+// weights, moments and working weights bit-identical.
+// The offload role on a CUDA model (hone::offload::optimizer_to_host, cuda_transport): immediate
+// mode equals the plain CUDA trainer bit for bit (same device unscale, norm and clipping
+// coefficient; the host and device optimizers give the same bits, no FMA contraction on either
+// side), for a model whose tensors are separate buffers and for one laid out as an arena, with
+// buckets ending inside tensors; delayed mode tracks the host trainer's delayed offload.
 // Exits 77 (skipped) when no CUDA device is present.
 #define BOOST_TEST_MODULE hone_train_gpu
 #include <boost/test/unit_test.hpp>
@@ -14,8 +20,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <hone/core/arena.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/offload/optimizer_to_host.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/schedule/one_cycle.hpp>
 #include <hone/train/cuda/trainer.cuh>
@@ -39,6 +47,7 @@ struct device_linear {
   std::size_t dim;
   hone::buffer<T, hone::cuda_space> w, gw, b, gb;
   float nan_in_grad = 0;  // passed to the host twin (fault injection)
+  const T* weights() const { return w.data(); }
   explicit device_linear(std::size_t d) : dim(d), w(d), gw(d), b(1), gb(1) {
     linear<T> init(d);
     HONE_CUDA_CHECK(cudaMemcpy(w.data(), init.w.data(), d * sizeof(T), cudaMemcpyHostToDevice));
@@ -56,6 +65,46 @@ struct device_linear {
     const float loss = m.forward_backward(bt, scale);
     HONE_CUDA_CHECK(cudaMemcpy(gw.data(), m.gw.data(), dim * sizeof(T), cudaMemcpyHostToDevice));
     HONE_CUDA_CHECK(cudaMemcpy(gb.data(), m.gb.data(), sizeof(T), cudaMemcpyHostToDevice));
+    return loss;
+  }
+};
+
+/// The same model with both tensors in one device arena laid out as the trainer's fp32 layout
+/// (the offload engine then publishes straight into the model's weights).
+template <class T>
+struct device_linear_arena {
+  std::size_t dim;
+  hone::arena_layout layout;
+  hone::arena<T, hone::cuda_space> w, g;
+  float nan_in_grad = 0;
+  static hone::arena_layout make_layout(std::size_t d) {
+    hone::arena_layout l(sizeof(float));
+    l.add("w", d);
+    l.add("bias", 1);
+    return l;
+  }
+  explicit device_linear_arena(std::size_t d)
+      : dim(d), layout(make_layout(d)), w(layout), g(layout) {
+    linear<T> init(d);
+    HONE_CUDA_CHECK(
+        cudaMemcpy(w.view(0).data(), init.w.data(), d * sizeof(T), cudaMemcpyHostToDevice));
+    HONE_CUDA_CHECK(cudaMemcpy(w.view(1).data(), init.b.data(), sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<hone::parameter<T, hone::cuda_space>> parameters() {
+    return {{"w", {dim}, {w.view(0).data(), dim}, {g.view(0).data(), dim}},
+            {"bias", {1}, {w.view(1).data(), 1}, {g.view(1).data(), 1}}};
+  }
+  const T* weights() const { return w.view(0).data(); }
+  float forward_backward(const batch& bt, float scale) {
+    linear<T> m(dim);
+    HONE_CUDA_CHECK(
+        cudaMemcpy(m.w.data(), w.view(0).data(), dim * sizeof(T), cudaMemcpyDeviceToHost));
+    HONE_CUDA_CHECK(cudaMemcpy(m.b.data(), w.view(1).data(), sizeof(T), cudaMemcpyDeviceToHost));
+    m.nan_in_grad = nan_in_grad;
+    const float loss = m.forward_backward(bt, scale);
+    HONE_CUDA_CHECK(
+        cudaMemcpy(g.view(0).data(), m.gw.data(), dim * sizeof(T), cudaMemcpyHostToDevice));
+    HONE_CUDA_CHECK(cudaMemcpy(g.view(1).data(), m.gb.data(), sizeof(T), cudaMemcpyHostToDevice));
     return loss;
   }
 };
@@ -138,9 +187,99 @@ void check_parity(int steps, int poison_at, Policies... policies) {
   }
   BOOST_TEST(dt.steps_done() == ht.steps_done());
 }
+
+/// The offload role against the plain CUDA trainer (immediate mode): everything bit for bit.
+template <template <class> class Model, class T, class... Policies>
+void check_offload_matches_plain(int steps, int poison_at, Policies... policies) {
+  const std::size_t dim = 29;
+  Model<T> pm(dim), om(dim);
+  hone::trainer pt(pm, policies...);
+  // 48-byte buckets: 12 gradients each, so buckets end inside "w".
+  hone::trainer ot(om, policies..., hone::offload::optimizer_to_host{.bucket_bytes = 48});
+  static_assert(decltype(ot)::offloaded && !decltype(pt)::offloaded);
+  static_assert(std::is_same_v<typename decltype(ot)::space_type, hone::cuda_space>);
+  const std::size_t total = pt.layout().total();
+  BOOST_TEST(ot.layout().total() == total);
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<batch> parts{make_batch(6, dim, static_cast<unsigned>(70 + 2 * s)),
+                                   make_batch(10, dim, static_cast<unsigned>(71 + 2 * s))};
+    pm.nan_in_grad = om.nan_in_grad =
+        s == poison_at ? std::numeric_limits<float>::infinity() : 0.0f;
+    const auto rp = pt.step(std::span<const batch>(parts));
+    const auto ro = ot.step(std::span<const batch>(parts));
+    BOOST_TEST_CONTEXT("step " << s) {
+      BOOST_TEST(ro.skipped == rp.skipped);
+      BOOST_TEST(ro.skipped == (s == poison_at));
+      BOOST_TEST(ro.loss_scale == rp.loss_scale);
+      BOOST_TEST(ro.loss == rp.loss);
+      if (!rp.skipped) BOOST_TEST(ro.grad_norm == rp.grad_norm);
+      BOOST_TEST(ro.step == rp.step);
+      BOOST_TEST(same_bits(download(om.weights(), dim), download(pm.weights(), dim)),
+                 "working weights");
+    }
+  }
+  const auto pmaster = download(pt.master_weights().data(), total);
+  const std::span<float> omaster = ot.master_weights();  // host memory
+  BOOST_TEST(same_bits(pmaster, std::vector<float>(omaster.begin(), omaster.end())),
+             "master weights");
+  std::vector<std::vector<float>> ps, os;
+  pt.optimizer_state().for_each_tensor(
+      [&](std::string_view, const auto& a) { ps.push_back(download(a.all().data(), total)); });
+  ot.optimizer_state().for_each_tensor(
+      [&](std::string_view, const auto& a) { os.emplace_back(a.all().begin(), a.all().end()); });
+  BOOST_TEST(ps.size() == os.size());
+  for (std::size_t t = 0; t < ps.size() && t < os.size(); ++t) {
+    BOOST_TEST(same_bits(ps[t], os[t]), "optimizer state tensor " << t);
+  }
+}
 }  // namespace
 
 BOOST_TEST_GLOBAL_FIXTURE(gpu_fixture);
+
+BOOST_AUTO_TEST_CASE(offload_fp32_adamw_clip_matches_the_device_trainer) {
+  check_offload_matches_plain<device_linear, float>(
+      10, 4, hone::fp32{}, hone::adamw{.weight_decay = 0.1f}, hone::accumulate::by_count{},
+      hone::clip_grad_norm{.max_norm = 0.5f}, hone::one_cycle{.max_lr = 0.02, .total_steps = 100});
+  check_offload_matches_plain<device_linear_arena, float>(10, -1, hone::fp32{}, hone::adamw{},
+                                                          hone::clip_grad_norm{.max_norm = 0.5f},
+                                                          hone::constant_lr{.base_lr = 0.01});
+}
+
+BOOST_AUTO_TEST_CASE(offload_bf16_sgd_and_fp16_adamw_match_the_device_trainer) {
+  check_offload_matches_plain<device_linear_arena, hone::bfloat16>(
+      10, 6, hone::bf16_mixed{}, hone::sgd{.momentum = 0.9f, .nesterov = true},
+      hone::accumulate::steps<2>{}, hone::clip_grad_value{.clip_value = 0.1f},
+      hone::constant_lr{.base_lr = 0.05});
+  check_offload_matches_plain<device_linear, hone::half>(
+      10, 3, hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}},
+      hone::adamw{}, hone::accumulate::steps<2>{}, hone::constant_lr{.base_lr = 0.01});
+}
+
+// Delayed update (ZeRO-Offload): the CUDA trainer against the host trainer with the same delayed
+// offload role (whose recursion test_trainer checks on the CPU), to float tolerance.
+BOOST_AUTO_TEST_CASE(offload_delayed_tracks_the_host_trainer) {
+  const std::size_t dim = 29;
+  linear<float> hm(dim);
+  device_linear<float> dm(dim);
+  const hone::offload::optimizer_to_host off{.bucket_bytes = 64, .delayed_update = true};
+  hone::trainer ht(hm, hone::adamw{}, hone::constant_lr{.base_lr = 0.01}, off);
+  hone::trainer dt(dm, hone::adamw{}, hone::constant_lr{.base_lr = 0.01}, off);
+  for (int s = 0; s < 8; ++s) {
+    const batch b = make_batch(12, dim, static_cast<unsigned>(90 + s));
+    const auto rh = ht.step(b);
+    const auto rd = dt.step(b);
+    BOOST_TEST(rd.loss == rh.loss, boost::test_tools::tolerance(1e-4f));
+    BOOST_TEST(rd.step == rh.step);
+    BOOST_TEST(dt.offload_engine().pending());
+  }
+  ht.flush();
+  dt.flush();
+  BOOST_TEST(!dt.offload_engine().pending());
+  const auto w = download(dm.weights(), dim);
+  for (std::size_t i = 0; i < dim; ++i) {
+    BOOST_TEST(w[i] == hm.w[i], boost::test_tools::tolerance(1e-4f));
+  }
+}
 
 BOOST_AUTO_TEST_CASE(fp32_adamw_clip_one_cycle_accumulate) {
   check_parity<float>(12, 5, hone::fp32{}, hone::adamw{.weight_decay = 0.1f},

@@ -78,13 +78,28 @@ inline shape_type shape_of(const trainer_save_options& o, std::string_view name,
 }
 }  // namespace detail
 
+namespace detail {
+/// Whether Trainer has the offload role (Trainer::offloaded; false when it has no such member).
+template <class Trainer>
+inline constexpr bool offloaded_trainer_v = [] {
+  if constexpr (requires { Trainer::offloaded; }) {
+    return static_cast<bool>(Trainer::offloaded);
+  } else {
+    return false;
+  }
+}();
+}  // namespace detail
+
 /// Copies a trainer's state into `s`: weights (and, for content_policy::full, optimizer state),
 /// plus state.json from `extra` (its rng, data and metadata are kept; step, loss_scale and
 /// schedule are the trainer's).
 template <class Trainer>
 void capture(Trainer& t, snapshot& s, const training_state& extra = {},
              const trainer_save_options& o = {}) {
-  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space>,
+  // A CUDA trainer with the offload role keeps its master weights and optimizer state on the
+  // host: this function serves it (restore publishes through the offload engine).
+  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space> ||
+                    detail::offloaded_trainer_v<Trainer>,
                 "hone::checkpoint::capture: this trainer's weights live on a CUDA device; include "
                 "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose capture overload "
                 "stages them through pinned host memory.");
@@ -124,7 +139,10 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
 /// state, whose rng, data and metadata the caller restores.
 template <class Trainer>
 training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
-  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space>,
+  // A CUDA trainer with the offload role keeps its master weights and optimizer state on the
+  // host: this function serves it (restore publishes through the offload engine).
+  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space> ||
+                    detail::offloaded_trainer_v<Trainer>,
                 "hone::checkpoint::restore: this trainer's weights live on a CUDA device; include "
                 "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose restore overload "
                 "stages them through pinned host memory.");

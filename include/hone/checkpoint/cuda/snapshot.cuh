@@ -245,9 +245,12 @@ class device_snapshot {
   std::size_t last_copies_ = 0;
 };
 
-/// A hone::trainer whose state lives in CUDA device memory (hone/train/cuda/trainer.cuh).
+/// A hone::trainer whose state lives in CUDA device memory (hone/train/cuda/trainer.cuh). A CUDA
+/// trainer with the offload role is not one: its master weights and optimizer state are the
+/// offload engine's host memory, and trainer_checkpoint.hpp's own capture/restore serve it.
 template <class Trainer>
-concept device_trainer = std::same_as<typename Trainer::space_type, cuda_space>;
+concept device_trainer =
+    std::same_as<typename Trainer::space_type, cuda_space> && !detail::offloaded_trainer_v<Trainer>;
 
 /// capture() of trainer_checkpoint.hpp for a CUDA trainer: the same files, staged from the device
 /// on the trainer's stream (synchronized once before returning).

@@ -18,8 +18,17 @@
 //  6. one copy of the step's results to pinned host memory and one stream synchronization fill
 //     the step_report (the schedule and the bias correction need the applied-step count).
 // A skipped step leaves master weights, moments, working weights, the step counter and the
-// schedule bit-identical, as on the host. The offload role is not available for CUDA models yet
-// (a static_assert says so).
+// schedule bit-identical, as on the host.
+//
+// Role offload (hone::offload::optimizer_to_host): steps 1-4 run on the device as above; the
+// step's found_inf and clipping coefficient are read back (the same one synchronization), and
+// step 5 runs through hone::offload::engine with hone::offload::cuda_transport: the fp32 master
+// gradients stream to pinned host memory in buckets on a side stream, the host's fused optimizer
+// updates the host master weights and state bucket by bucket, and the working weights stream
+// back (immediately, or one step delayed as ZeRO-Offload). No optimizer state and no fp32 master
+// weights stay on the device. Master weights and optimizer state are then host memory, so the
+// host checkpoint functions (hone/checkpoint/trainer_checkpoint.hpp) save and restore such a
+// trainer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,6 +49,8 @@
 #include "hone/core/cuda/multi_tensor_apply.cuh"
 #include "hone/core/cuda/space.hpp"
 #include "hone/core/device_span.hpp"
+#include "hone/offload/cuda/transport.cuh"
+#include "hone/offload/optimizer_to_host.hpp"
 #include "hone/optim/cuda/adamw.cuh"
 #include "hone/optim/cuda/adamw_8bit.cuh"
 #include "hone/optim/cuda/clipping.cuh"
@@ -83,23 +94,26 @@ cudaStream_t model_stream(M& m) {
 template <class Model, class... Policies>
 class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model, Policies...> {
   using types = trainer_types<Model, Policies...>;
-  static_assert(!types::offloaded,
-                "hone::trainer: the offload role is not available for CUDA models yet; drive "
-                "hone::offload::engine with hone::offload::cuda_transport directly "
-                "(docs/offload.md), or leave the offload role out.");
 
  public:
   using typename types::accumulation_type;
   using typename types::checkpoint_type;
   using typename types::clipping_type;
+  using typename types::offload_type;
   using typename types::optimizer_type;
   using typename types::precision_type;
   using typename types::scaler_type;
   using typename types::schedule_type;
   using typename types::working_type;
   using space_type = cuda_space;
-  using state_type = optimizer_state_t<optimizer_type, cuda_space>;
-  static constexpr bool offloaded = false;
+  static constexpr bool offloaded = types::offloaded;
+  /// The optimizer state: device arenas, or the offload engine's host arenas.
+  using state_type =
+      optimizer_state_t<optimizer_type, std::conditional_t<offloaded, host_space, cuda_space>>;
+  /// The offload engine (CUDA transport on the model's stream), or a placeholder.
+  using offload_engine_type = std::conditional_t<
+      types::offload_ok,
+      offload::engine<optimizer_type, float, working_type, offload::cuda_transport>, absent_member>;
 
   explicit trainer_impl(Model& model, Policies... policies)
       : model_(&model),
@@ -115,6 +129,7 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
         scratch_(1),
         readback_(1),
         exec_{model_stream(model)},
+        engine_(make_engine()),
         checkpoint_(policy_object<checkpoint_type>(policies_)) {
     schedule_.validate();
     if constexpr (requires { clipping_.check(); }) clipping_.check();
@@ -170,10 +185,12 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
     if constexpr (momentum_schedule_policy<schedule_type>) {
       if (const auto m = schedule_.momentum(step_)) args.momentum = static_cast<float>(*m);
     }
-    hone::step(exec_, state_, optimizer_, args, master_, master_grad_.all().data(), groups_,
-               &s->found_inf, coefficient);
-    if (!zero_copy_) {
-      hone::for_each(exec_, weights_out_, guarded_cast_to_working<working_type>{&s->found_inf});
+    if constexpr (!offloaded) {
+      hone::step(exec_, state_, optimizer_, args, master_, master_grad_.all().data(), groups_,
+                 &s->found_inf, coefficient);
+      if (!zero_copy_) {
+        hone::for_each(exec_, weights_out_, guarded_cast_to_working<working_type>{&s->found_inf});
+      }
     }
     HONE_CUDA_CHECK(cudaMemcpyAsync(readback_.data(), s, sizeof(device_step_scratch),
                                     cudaMemcpyDeviceToHost, exec_.stream));
@@ -181,6 +198,20 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
     const device_step_scratch h = *readback_.data();
     r.grad_norm = std::sqrt(h.sum_sq);
     r.skipped = h.found_inf != 0;
+    if constexpr (offloaded) {
+      if (!r.skipped) {
+        // The host optimizer, with the device's clipping coefficient folded into the gradient
+        // scale (as the device kernels fold it). Immediate: the new working weights are on the
+        // model's stream when this returns; delayed: the previous update is published and this
+        // one runs on the engine's thread.
+        if (coefficient != nullptr) args.grad_scale = h.clip_coefficient;
+        engine_.step(args, master_grad_.all().data(), device_params_, groups_);
+        copy_work_to_model();
+      } else if (engine_.pending()) {
+        engine_.flush(device_params_);  // nothing new to overlap with
+        copy_work_to_model();
+      }
+    }
     if (!r.skipped) ++step_;
     r.step = step_;
     checkpoint_.after_step(self(), r);
@@ -194,31 +225,83 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
   // ---- state, for checkpoints and inspection (device memory) ----
   [[nodiscard]] std::uint64_t steps_done() const noexcept { return step_; }
   [[nodiscard]] const arena_layout& layout() const noexcept { return layout_; }
-  /// fp32 master weights in device memory (the model's own with fp32 weights bound zero-copy).
-  [[nodiscard]] device_span<float> master_weights() noexcept { return {master_, layout_.total()}; }
+  /// fp32 master weights: device memory (the model's own with fp32 weights bound zero-copy), or
+  /// with the offload role the engine's host copy (after waiting for a pending delayed update).
+  [[nodiscard]] auto master_weights() noexcept(!offloaded) {
+    if constexpr (offloaded) {
+      engine_.wait();
+      return std::span<float>(engine_.master().all().data(), layout_.total());
+    } else {
+      return device_span<float>{master_, layout_.total()};
+    }
+  }
   [[nodiscard]] device_span<const float> master_gradients() const noexcept {
     return master_grad_.all();
   }
-  /// The optimizer state (device arenas).
-  [[nodiscard]] state_type& optimizer_state() noexcept { return state_; }
+  /// The optimizer state: device arenas, or with the offload role the engine's host arenas
+  /// (after waiting for a pending delayed update).
+  [[nodiscard]] state_type& optimizer_state() noexcept(!offloaded) {
+    if constexpr (offloaded) {
+      engine_.wait();
+      return engine_.state();
+    } else {
+      return state_;
+    }
+  }
   [[nodiscard]] const scaler_type& scaler() const noexcept { return scaler_; }
   [[nodiscard]] scaler_type& scaler() noexcept { return scaler_; }
   [[nodiscard]] const schedule_type& schedule() const noexcept { return schedule_; }
   [[nodiscard]] typename checkpoint_type::engine& checkpointer() noexcept { return checkpoint_; }
   [[nodiscard]] bool zero_copy() const noexcept { return zero_copy_; }
+  /// The offload role's engine (its policy, buckets and transport), with the offload role only.
+  [[nodiscard]] offload_engine_type& offload_engine() noexcept requires offloaded {
+    return engine_;
+  }
   /// The stream every kernel of the step runs on.
   [[nodiscard]] cuda_exec exec() const noexcept { return exec_; }
   void set_steps_done(std::uint64_t s) noexcept { step_ = s; }
-  /// Copies the model's current weights into the master weights (stream-ordered).
+  /// Copies the model's current weights into the master weights (stream-ordered; with the
+  /// offload role through the host, synchronously, dropping a pending delayed update).
   void reload_weights_from_model() {
-    if (!zero_copy_) hone::for_each(exec_, weights_in_, load_master<working_type>{});
+    if constexpr (offloaded) {
+      engine_.wait();
+      if (!work_in_.empty()) hone::for_each(exec_, work_in_, copy_element{});
+      std::vector<working_type> host(layout_.total());
+      HONE_CUDA_CHECK(cudaMemcpyAsync(host.data(), device_params_,
+                                      host.size() * sizeof(working_type), cudaMemcpyDeviceToHost,
+                                      exec_.stream));
+      HONE_CUDA_CHECK(cudaStreamSynchronize(exec_.stream));
+      float* m = engine_.master().all().data();
+      for (std::size_t i = 0; i < layout_.size(); ++i) {
+        const std::size_t off = layout_[i].offset;
+        for (std::size_t j = 0; j < layout_[i].count; ++j) {
+          m[off + j] = static_cast<float>(host[off + j]);
+        }
+      }
+      engine_.push_params(device_params_);  // the model's weights win over a pending update
+      copy_work_to_model();
+    } else {
+      if (!zero_copy_) hone::for_each(exec_, weights_in_, load_master<working_type>{});
+    }
   }
   /// Casts the master weights into the model's working weights (stream-ordered).
   void publish_weights() {
-    if (!zero_copy_) hone::for_each(exec_, weights_out_, cast_to_working<working_type>{});
+    if constexpr (offloaded) {
+      engine_.push_params(device_params_);
+      copy_work_to_model();
+    } else {
+      if (!zero_copy_) hone::for_each(exec_, weights_out_, cast_to_working<working_type>{});
+    }
   }
-  /// Nothing is pending between steps on the device (the offload role's flush does not apply).
-  void flush() { HONE_CUDA_CHECK(cudaStreamSynchronize(exec_.stream)); }
+  /// Waits for the step's work on the device; with a delayed offload update, waits for it and
+  /// publishes it into the model first (before an evaluation, or at the end of training).
+  void flush() {
+    if constexpr (offloaded) {
+      engine_.flush(device_params_);
+      copy_work_to_model();
+    }
+    HONE_CUDA_CHECK(cudaStreamSynchronize(exec_.stream));
+  }
 
  private:
   trainer<Model, Policies...>& self() noexcept {
@@ -264,18 +347,55 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
     }
   }
 
+  offload_engine_type make_engine() {
+    if constexpr (types::offload_ok) {
+      return offload_engine_type(policy_object<offload_type>(policies_), optimizer_, layout_,
+                                 offload::cuda_transport(exec_.stream));
+    } else {
+      return offload_engine_type();
+    }
+  }
+
+  /// Offload with a model whose tensors are not one arena: the flat working weights the engine
+  /// publishes into the model's tensors (on the model's stream, after the engine's uploads).
+  void copy_work_to_model() {
+    if (!work_out_.empty()) hone::for_each(exec_, work_out_, copy_element{});
+  }
+
   void bind() {
     std::vector<std::pair<working_type*, working_type*>> views;  // (value, grad), device pointers
     for (auto& p : model_traits<Model>::parameters(*model_)) {
       views.emplace_back(p.value.data(), p.grad.data());
     }
     master_grad_ = arena<float, cuda_space>(layout_);
-    bool contiguous = std::is_same_v<working_type, float>;
-    for (std::size_t i = 0; contiguous && i < views.size(); ++i) {
-      contiguous = reinterpret_cast<std::uintptr_t>(views[i].first) ==
-                   reinterpret_cast<std::uintptr_t>(views[0].first) +
-                       layout_[i].offset * sizeof(working_type);
+    bool laid_out = true;  // the working weights are one arena with the layout's offsets
+    for (std::size_t i = 0; laid_out && i < views.size(); ++i) {
+      laid_out = reinterpret_cast<std::uintptr_t>(views[i].first) ==
+                 reinterpret_cast<std::uintptr_t>(views[0].first) +
+                     layout_[i].offset * sizeof(working_type);
     }
+    if constexpr (offloaded) {
+      // The master weights live on the host (the engine's); the engine publishes working weights
+      // into one device arena: the model's own when it is laid out, else a staging arena that
+      // copy_work_to_model spreads over the model's tensors.
+      if (laid_out) {
+        device_params_ = views[0].first;
+      } else {
+        work_ = arena<working_type, cuda_space>(layout_);
+        device_params_ = work_.all().data();
+      }
+      for (std::size_t i = 0; i < views.size(); ++i) {
+        const auto n = layout_[i].count;
+        grads_.add(n, master_grad_.all().data() + layout_[i].offset, views[i].second);
+        if (!laid_out) {
+          work_in_.add(n, device_params_ + layout_[i].offset, views[i].first);
+          work_out_.add(n, views[i].first, device_params_ + layout_[i].offset);
+        }
+      }
+      reload_weights_from_model();
+      return;
+    }
+    const bool contiguous = laid_out && std::is_same_v<working_type, float>;
     if (contiguous) {
       master_ = reinterpret_cast<float*>(views[0].first);
       zero_copy_ = true;
@@ -308,7 +428,9 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
   arena<float, cuda_space> master_grad_;
   float* master_ = nullptr;
   bool zero_copy_ = false;
-  state_type state_;
+  using local_state_type =
+      std::conditional_t<offloaded, absent_member, optimizer_state_t<optimizer_type, cuda_space>>;
+  [[no_unique_address]] local_state_type state_;
   buffer<device_step_scratch, cuda_space> scratch_;
   buffer<device_step_scratch, pinned_host_space> readback_;
   device_loss_scaler dscaler_;
@@ -318,8 +440,13 @@ class trainer_impl<cuda_space, Model, Policies...> : public trainer_types<Model,
   tensor_lists<float, const working_type> grads_;
   tensor_lists<float, const working_type> weights_in_;
   tensor_lists<working_type, const float> weights_out_;
+  arena<working_type, cuda_space> work_;   // offload: flat working weights (unless the model's are)
+  working_type* device_params_ = nullptr;  // offload: the working weights the engine publishes to
+  tensor_lists<working_type, const working_type> work_in_;   // offload: model -> work_
+  tensor_lists<working_type, const working_type> work_out_;  // offload: work_ -> model
   std::vector<param_group> groups_;
   std::uint64_t step_ = 0;
+  offload_engine_type engine_;  // initialized from a prvalue (so not [[no_unique_address]])
   typename checkpoint_type::engine checkpoint_;
 };
 
