@@ -107,8 +107,8 @@ void check_same(const std::string& what, const std::vector<float>& got,
     if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && bad++ == 0) first = i;
   }
   BOOST_TEST(bad == 0u, what << ": " << bad << " of " << ref.size()
-                             << " elements differ from the host's bits; first at " << first
-                             << ": " << got[first] << " vs " << ref[first]);
+                             << " elements differ from the host's bits; first at " << first << ": "
+                             << got[first] << " vs " << ref[first]);
 }
 
 template <class T>
@@ -204,8 +204,7 @@ BOOST_AUTO_TEST_CASE(sgd_cuda_matches_host) {
     HONE_CUDA_CHECK(cudaDeviceSynchronize());
     check_same("param", to_host(dp), to_vector(hp));
     if (hs.has_momentum()) {
-      check_same("momentum_buffer", to_host(ds.momentum_buffer()),
-                 to_vector(hs.momentum_buffer()));
+      check_same("momentum_buffer", to_host(ds.momentum_buffer()), to_vector(hs.momentum_buffer()));
     }
   }
 }
