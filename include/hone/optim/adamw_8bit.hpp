@@ -73,13 +73,16 @@ struct quantized_slot {
 namespace detail {
 
 /// One quantization block of an 8-bit AdamW step on the host: decode, update (vectorized with the
-/// AdamW functor), new absmax, encode. `len` <= block <= 4096.
+/// AdamW functor), new absmax, encode. `len` <= block <= 4096. (Moments are finite whenever the
+/// gradients are -- the trainer skips a step with inf/NaN gradients; given NaN moments directly,
+/// the absmax depends on where the lanes meet the NaN, as it does in the CUDA kernel's tree.)
 template <class G>
 inline void adamw_8bit_block(const adamw_coefficients& c, const quantization_index& sidx,
                              const quantization_index& uidx, float* p, const G* g, std::uint8_t* qm,
                              std::uint8_t* qv, float* am, float* av, std::size_t len) {
   alignas(64) float m[4096];
   alignas(64) float v[4096];
+  len = std::min<std::size_t>(len, 4096);  // the caller guarantees it; tells the compiler too
   const float* smap = sidx.map();
   const float* umap = uidx.map();
   const float am0 = *am;
@@ -91,11 +94,27 @@ inline void adamw_8bit_block(const adamw_coefficients& c, const quantization_ind
   simd_apply_range(adamw_functor<G>{c}, 0, len,
                    std::tuple<float*, const G*, float*, float*>(p, g, m, v),
                    std::index_sequence_for<float, G, float, float>{});
+  // The absmax of each moment over 8 interleaved lanes (8 independent max chains instead of one
+  // dependent one; exact for finite moments in any order).
+  constexpr std::size_t lanes = 8;
+  float lm[lanes] = {};
+  float lv[lanes] = {};
+  const std::size_t whole = len - len % lanes;
+  for (std::size_t i = 0; i < whole; i += lanes) {
+    for (std::size_t l = 0; l < lanes; ++l) {
+      lm[l] = optim_max(lm[l], std::fabs(m[i + l]));
+      lv[l] = optim_max(lv[l], std::fabs(v[i + l]));
+    }
+  }
+  for (std::size_t i = whole; i < len; ++i) {
+    lm[0] = optim_max(lm[0], std::fabs(m[i]));
+    lv[0] = optim_max(lv[0], std::fabs(v[i]));
+  }
   float nm = 0.0f;
   float nv = 0.0f;
-  for (std::size_t j = 0; j < len; ++j) {
-    nm = optim_max(nm, std::fabs(m[j]));
-    nv = optim_max(nv, std::fabs(v[j]));
+  for (std::size_t l = 0; l < lanes; ++l) {
+    nm = optim_max(nm, lm[l]);
+    nv = optim_max(nv, lv[l]);
   }
   *am = nm;
   *av = nv;

@@ -99,17 +99,17 @@ HONE_HOST_DEVICE std::uint8_t quantize_keep_sign(const float* map, float x, floa
 }
 
 /// A direct index into a sorted 256-entry map that gives quantize_nearest's code with one table
-/// load and at most three map loads, instead of eight dependent probes (host only).
+/// load, one map load and one threshold load, instead of eight dependent probes (host only).
 ///
 /// The float bit patterns are cut into 2^17 buckets by their top 17 bits (sign, exponent and the
 /// 8 leading mantissa bits): each bucket is an interval of values, and `base[k]` is the number of
 /// map entries below bucket k (capped at 255). When no bucket holds more than one entry -- true
 /// for the dynamic maps, whose closest entries are 0.007 apart near 1 while a bucket there is
 /// 0.002 wide, and whose decades shrink with the buckets -- the number of entries below x is
-/// base + (map[base] < x), and the nearest code follows with quantize_nearest's own comparison,
-/// so the result is the same bit for bit (test_optim checks every 512th float, each bucket's
-/// ends and each entry's neighbours). A map that fails the one-entry check reports
-/// usable() == false and callers keep the binary search.
+/// base + (map[base] < x), and the nearest code follows from a per-gap threshold that reproduces
+/// quantize_nearest's own float comparison, so the result is the same bit for bit (test_optim
+/// checks every 512th float, each bucket's ends and each entry's neighbours). A map that fails the
+/// one-entry check reports usable() == false and callers keep the binary search.
 class quantization_index {
  public:
   static constexpr int key_shift = 15;  // 32 - 17 bits
@@ -135,6 +135,26 @@ class quantization_index {
       if (inside > 1) usable_ = false;
       base_[k] = static_cast<std::uint8_t>(std::min<std::ptrdiff_t>(below, 255));
     }
+    // The rounding threshold of each gap (m[j-1], m[j]]: quantize_nearest returns j - 1 exactly
+    // when x - m[j-1] <= m[j] - x in float arithmetic. Both sides are monotone in x (rounding is
+    // monotone), so the set of such x is the floats of the gap up to one threshold, found here by
+    // bisection over the gap's floats in value order; the lookup then compares x with it.
+    for (int j = 1; j < 256; ++j) {
+      const float a = m[j - 1];
+      const float b = m[j];
+      auto rounds_down = [&](float x) { return x - a <= b - x; };
+      std::uint32_t lo_key = ordered_key(a);  // rounds_down(a) holds
+      std::uint32_t hi_key = ordered_key(b);  // rounds_down(b) fails unless a == b
+      if (!(a < b)) {
+        usable_ = false;  // not strictly sorted: keep the binary search
+        continue;
+      }
+      while (hi_key - lo_key > 1) {
+        const std::uint32_t mid = lo_key + (hi_key - lo_key) / 2;
+        (rounds_down(from_ordered_key(mid)) ? lo_key : hi_key) = mid;
+      }
+      threshold_[j] = from_ordered_key(lo_key);
+    }
   }
 
   /// Whether lookups are exact for this map (no bucket holds two entries).
@@ -151,7 +171,8 @@ class quantization_index {
     lo += m[lo] < x ? 1 : 0;
     lo = std::min(lo, 255);
     if (lo == 0) return 0;
-    return static_cast<std::uint8_t>(x - m[lo - 1] <= m[lo] - x ? lo - 1 : lo);
+    // x - m[lo - 1] <= m[lo] - x, precomputed as a threshold (see the constructor).
+    return static_cast<std::uint8_t>(x <= threshold_[lo] ? lo - 1 : lo);
   }
   /// quantize_keep_sign(map(), x, value), bit for bit.
   [[nodiscard]] std::uint8_t nearest_keep_sign(float x, float value) const noexcept {
@@ -159,8 +180,18 @@ class quantization_index {
   }
 
  private:
+  /// Floats in value order as unsigned integers (-0 just below +0).
+  static std::uint32_t ordered_key(float f) noexcept {
+    const std::uint32_t u = detail::float_to_bits(f);
+    return (u >> 31) != 0u ? ~u : u | 0x80000000u;
+  }
+  static float from_ordered_key(std::uint32_t k) noexcept {
+    return detail::bits_to_float((k >> 31) != 0u ? k & 0x7fffffffu : ~k);
+  }
+
   quantization_map map_;
   std::vector<std::uint8_t> base_;
+  std::array<float, 256> threshold_{};  // threshold_[j]: the largest x of (m[j-1], m[j]] giving j-1
   bool usable_ = false;
 };
 
