@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_dir.hpp"
 #include "readers.hpp"
 
 namespace ck = hone::checkpoint;
@@ -43,22 +44,7 @@ using bytes = std::vector<std::byte>;
 
 namespace {
 
-/// A fresh directory, removed with everything in it at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hone-ckpt-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
+using temp_dir = hone_test::temp_dir;
 
 bytes text_bytes(std::string_view s) {
   bytes b(s.size());

@@ -48,6 +48,7 @@
 
 #include "../support/gpu.hpp"
 #include "../support/linear_model.hpp"
+#include "../support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
@@ -57,20 +58,7 @@ struct gpu_fixture {
   gpu_fixture() { hone::test::skip_without_gpu(); }
 };
 
-struct temp_root {
-  fs::path path;
-  temp_root() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hone-test-ckpt-gpu-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_root() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using temp_root = hone_test::temp_dir;
 
 template <class T>
 std::vector<T> download(const T* p, std::size_t n) {

@@ -18,27 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "../support/temp_dir.hpp"
+
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
 
 namespace {
-struct temp_root {
-  fs::path path;
-  temp_root() {
-    path = fs::temp_directory_path() /
-           ("hone-test-dir-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_root() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
+using temp_root = hone_test::temp_dir;
 
 void fill(ck::snapshot& s, std::uint64_t step, std::size_t n = 1000) {
   std::vector<float> v(n);

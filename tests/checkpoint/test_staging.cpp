@@ -17,24 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_dir.hpp"
+
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
 
 namespace {
-struct temp_root {
-  fs::path path;
-  temp_root() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hone-test-staging-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_root() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using temp_root = hone_test::temp_dir;
 
 /// An allocator that counts its live allocations (host memory underneath).
 struct counting {

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/temp_dir.hpp"
+
 namespace replay_test {
 
 namespace fs = std::filesystem;
@@ -57,12 +59,13 @@ bool row_matches_key(const Batch& b, std::size_t r) {
   return same_record(b.row(r), record_for(b.keys()[r]));
 }
 
-/// Whether two batches are identical: every column byte, every key, every weight bit.
-template <class Batch>
+/// Whether two batches of transition type T are identical: every column byte, every key, every
+/// weight bit.
+template <class T = step, class Batch>
 bool same_batch(const Batch& a, const Batch& b) {
   if (a.size() != b.size()) return false;
   bool same = true;
-  step::for_each_field([&](auto i) {
+  T::for_each_field([&](auto i) {
     const auto ca = a.template column<i>();
     const auto cb = b.template column<i>();
     same = same && std::memcmp(ca.data(), cb.data(), ca.size_bytes()) == 0;
@@ -72,23 +75,7 @@ bool same_batch(const Batch& a, const Batch& b) {
   return same;
 }
 
-/// A fresh directory under the temp directory, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& tag) {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hone_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-};
+using hone_test::temp_dir;
 
 /// "checkpoint_error: <message>" / "config_error: ..." / "io_error: ..." / "no error".
 template <class F>

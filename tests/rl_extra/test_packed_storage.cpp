@@ -81,20 +81,6 @@ typename T::record make_record(std::uint64_t key) {
   }
 }
 
-template <class T, class Batch>
-bool same_batches(const Batch& a, const Batch& b) {
-  if (a.size() != b.size()) return false;
-  bool same = true;
-  T::for_each_field([&](auto i) {
-    const auto ca = a.template column<i>();
-    const auto cb = b.template column<i>();
-    same = same && std::memcmp(ca.data(), cb.data(), ca.size_bytes()) == 0;
-  });
-  same = same && std::memcmp(a.keys().data(), b.keys().data(), a.keys().size_bytes()) == 0;
-  same = same && std::memcmp(a.weights().data(), b.weights().data(), a.weights().size_bytes()) == 0;
-  return same;
-}
-
 template <class T>
 bool same_records(const typename T::record& a, const typename T::record& b) {
   bool same = true;
@@ -150,7 +136,7 @@ void check_same_as_ring(std::size_t cap, std::uint64_t total_adds, std::uint64_t
     }
     ring.sample(24, a);
     packed.sample(24, b);
-    same = same && same_batches<T>(a, b);
+    same = same && replay_test::same_batch<T>(a, b);
     if constexpr (!ring_t::windowed) {
       for (std::size_t r = 0; r < b.size(); ++r) rows_ok = rows_ok && row_is_key<T>(b, r);
     }

@@ -20,25 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include "../support/temp_dir.hpp"
+#include "replay_test_common.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory under the temp directory, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("hone_rl_extra_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using temp_dir = hone_test::temp_dir;
 
 constexpr std::size_t rec_bytes = 40;
 
@@ -60,17 +49,7 @@ bool record_ok(std::span<const std::byte> got, std::uint64_t seq) {
   return std::memcmp(got.data(), want.data(), rec_bytes) == 0;
 }
 
-template <class F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const hone::checkpoint_error& e) {
-    return std::string("checkpoint_error: ") + e.what();
-  } catch (const hone::io_error& e) {
-    return std::string("io_error: ") + e.what();
-  }
-  return "no error";
-}
+using replay_test::error_text;
 
 void poke(const fs::path& p, std::uint64_t offset, std::span<const char> bytes) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);

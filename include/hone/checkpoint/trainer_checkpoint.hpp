@@ -133,6 +133,33 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
   s.state.schedule = std::move(sched);
 }
 
+namespace detail {
+/// What a trainer restore reads from a checkpoint directory (verified first unless `verify` is
+/// false): state.json, the weights file and the optimizer file when saved, each plain or
+/// compressed. Shared by the host restore below and the CUDA one (cuda/snapshot.cuh).
+struct trainer_files {
+  training_state state;
+  tensor_file weights;
+  std::optional<tensor_file> optimizer;
+};
+inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool verify) {
+  if (verify) verify_directory(dir, true).require_ok(dir.string());
+  const auto open_tensors = [&](std::string_view plain,
+                                std::string_view packed) -> std::optional<tensor_file> {
+    if (std::filesystem::exists(dir / plain)) return tensor_file::open(dir / plain);
+    if (std::filesystem::exists(dir / packed)) return tensor_file::open(dir / packed);
+    return std::nullopt;
+  };
+  auto weights = open_tensors(files::weights, files::weights_compressed);
+  if (!weights) {
+    throw checkpoint_error("hone: checkpoint '" + dir.string() + "' has no " +
+                           std::string(files::weights));
+  }
+  return {read_state(dir / files::state), std::move(*weights),
+          open_tensors(files::optimizer, files::optimizer_compressed)};
+}
+}  // namespace detail
+
 /// Restores a trainer from the checkpoint directory `dir` (verified first: a damaged checkpoint
 /// is refused with checkpoint_error): master weights (published into the model's working
 /// weights), optimizer state when the checkpoint has it, the step and the scaler. Returns the
@@ -146,34 +173,22 @@ training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify
                 "hone::checkpoint::restore: this trainer's weights live on a CUDA device; include "
                 "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose restore overload "
                 "stages them through pinned host memory.");
-  if (verify) verify_directory(dir, true).require_ok(dir.string());
-  const training_state st = read_state(dir / files::state);
-  const auto open_tensors = [&](std::string_view plain,
-                                std::string_view packed) -> std::optional<tensor_file> {
-    if (std::filesystem::exists(dir / plain)) return tensor_file::open(dir / plain);
-    if (std::filesystem::exists(dir / packed)) return tensor_file::open(dir / packed);
-    return std::nullopt;
-  };
-  const auto weights = open_tensors(files::weights, files::weights_compressed);
-  if (!weights) {
-    throw checkpoint_error("hone: checkpoint '" + dir.string() + "' has no " +
-                           std::string(files::weights));
-  }
+  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
   const std::span<float> master = t.master_weights();
   const auto& layout = t.layout();
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const auto& slot = layout[i];
-    weights->read_into(slot.name, master.subspan(slot.offset, slot.count));
+    f.weights.read_into(slot.name, master.subspan(slot.offset, slot.count));
   }
   t.publish_weights();
-  if (const auto opt = open_tensors(files::optimizer, files::optimizer_compressed)) {
+  if (f.optimizer) {
     t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
-      (void)load_arena(*opt, a, std::string(name) + ".");
+      (void)load_arena(*f.optimizer, a, std::string(name) + ".");
     });
   }
-  t.set_steps_done(st.step);
-  if (st.loss_scale) t.scaler().load_state(*st.loss_scale);
-  return st;
+  t.set_steps_done(f.state.step);
+  if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);
+  return f.state;
 }
 
 /// The file of the early-stopping best weights in a checkpoint.

@@ -249,50 +249,7 @@ HONE_HOST_DEVICE std::size_t finish_child(const T* c, const double* ends, std::s
   return k;
 }
 
-/// In-node search: the child whose interval holds `u`, with `u` made relative to that child.
-///
-/// The children's interval ends P_j are fixed by this arithmetic (the CUDA sampler and any SIMD
-/// variant must reproduce it bit for bit): children are taken in groups of 4 (of Arity when
-/// Arity < 4); inside a group the prefix sums are formed in two doubling steps (y_i = c_i +
-/// c_{i-1}, then y_i += y_{i-2}, as a 4-lane vector scan does); group totals are chained
-/// sequentially into bases b_q (b_0 = 0, b_{q+1} = b_q + y_3 of group q); P_{4q+i} = b_q + y_i.
-/// The P_j never decrease, so the child is the number of P_j <= u. It is branch-free in the common
-/// case: a data-dependent branch per level would be mispredicted half the time and stall the
-/// overlapped walks of find_batch.
-///
-/// A child equal to 0 is never chosen: when rounding leaves `u` at or past the end of the node,
-/// or gives a zero child an interval one ulp wide, the nearest positive child before it is taken
-/// (after it when there is none before).
-template <std::size_t Arity, class T>
-HONE_HOST_DEVICE std::size_t find_child_scalar(const T* c, double& u) {
-  constexpr std::size_t group = Arity < 4 ? Arity : 4;
-  constexpr std::size_t groups = Arity / group;
-  double ends[Arity + 1];  // ends[j + 1] = P_j, ends[0] = 0
-  ends[0] = 0.0;
-  double base = 0.0;
-  std::size_t k = 0;
-  for (std::size_t q = 0; q < groups; ++q) {
-    const T* g = c + q * group;
-    double y[group];
-    for (std::size_t i = 0; i < group; ++i) {
-      y[i] = static_cast<double>(g[i]);
-    }
-    for (std::size_t i = group; i-- > 1;) y[i] = y[i] + y[i - 1];
-    if constexpr (group == 4) {
-      y[3] = y[3] + y[1];
-      y[2] = y[2] + y[0];
-    }
-    for (std::size_t i = 0; i < group; ++i) {
-      const double end = base + y[i];
-      ends[q * group + i + 1] = end;
-      k += (end <= u) ? 1 : 0;
-    }
-    base = ends[q * group + group];
-  }
-  return finish_child<Arity>(c, ends, k, u);
-}
-
-/// The interval ends of a node's children as find_child_scalar forms them (ends[0] = 0,
+/// The interval ends of a node's children in find_child_scalar's arithmetic (below; ends[0] = 0,
 /// ends[j + 1] = P_j): computed once for a node that many walks visit (see sum_tree::find_batch).
 template <std::size_t Arity, class T>
 HONE_HOST_DEVICE void node_ends_scalar(const T* c, double* ends) {
@@ -322,6 +279,27 @@ HONE_HOST_DEVICE std::size_t child_from_ends_scalar(const T* c, const double* en
   std::size_t k = 0;
   for (std::size_t j = 1; j <= Arity; ++j) k += (ends[j] <= u) ? 1 : 0;
   return finish_child<Arity>(c, ends, k, u);
+}
+
+/// In-node search: the child whose interval holds `u`, with `u` made relative to that child.
+///
+/// The children's interval ends P_j are fixed by this arithmetic (the CUDA sampler and any SIMD
+/// variant must reproduce it bit for bit): children are taken in groups of 4 (of Arity when
+/// Arity < 4); inside a group the prefix sums are formed in two doubling steps (y_i = c_i +
+/// c_{i-1}, then y_i += y_{i-2}, as a 4-lane vector scan does); group totals are chained
+/// sequentially into bases b_q (b_0 = 0, b_{q+1} = b_q + y_3 of group q); P_{4q+i} = b_q + y_i.
+/// The P_j never decrease, so the child is the number of P_j <= u. It is branch-free in the common
+/// case: a data-dependent branch per level would be mispredicted half the time and stall the
+/// overlapped walks of find_batch.
+///
+/// A child equal to 0 is never chosen: when rounding leaves `u` at or past the end of the node,
+/// or gives a zero child an interval one ulp wide, the nearest positive child before it is taken
+/// (after it when there is none before).
+template <std::size_t Arity, class T>
+HONE_HOST_DEVICE std::size_t find_child_scalar(const T* c, double& u) {
+  double ends[Arity + 1];  // ends[j + 1] = P_j, ends[0] = 0
+  node_ends_scalar<Arity>(c, ends);
+  return child_from_ends_scalar<Arity>(c, ends, u);
 }
 
 #if defined(__AVX512F__) && !HONE_CUDA_COMPILER

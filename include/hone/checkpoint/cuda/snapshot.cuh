@@ -337,40 +337,27 @@ template <class Trainer>
 requires device_trainer<Trainer> training_state restore(Trainer& t,
                                                         const std::filesystem::path& dir,
                                                         bool verify = true) {
-  if (verify) verify_directory(dir, true).require_ok(dir.string());
-  const training_state st = read_state(dir / files::state);
-  const auto open_tensors = [&](std::string_view plain,
-                                std::string_view packed) -> std::optional<tensor_file> {
-    if (std::filesystem::exists(dir / plain)) return tensor_file::open(dir / plain);
-    if (std::filesystem::exists(dir / packed)) return tensor_file::open(dir / packed);
-    return std::nullopt;
-  };
-  const auto weights = open_tensors(files::weights, files::weights_compressed);
-  if (!weights) {
-    throw checkpoint_error("hone: checkpoint '" + dir.string() + "' has no " +
-                           std::string(files::weights));
-  }
-  const auto opt = open_tensors(files::optimizer, files::optimizer_compressed);
+  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
   detail::device_upload up(t.exec().stream);
   const device_span<float> master = t.master_weights();
   const auto& layout = t.layout();
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const auto& slot = layout[i];
-    up.load(*weights, slot.name, master.data() + slot.offset, slot.count);
+    up.load(f.weights, slot.name, master.data() + slot.offset, slot.count);
   }
-  if (opt) {
+  if (f.optimizer) {
     t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
       for (std::size_t i = 0; i < a.size(); ++i) {
         const auto v = a.view(i);
-        up.load(*opt, std::string(name) + "." + a.layout()[i].name, v.data(), v.size());
+        up.load(*f.optimizer, std::string(name) + "." + a.layout()[i].name, v.data(), v.size());
       }
     });
   }
   t.publish_weights();  // stream-ordered after the copies
   up.sync();
-  t.set_steps_done(st.step);
-  if (st.loss_scale) t.scaler().load_state(*st.loss_scale);
-  return st;
+  t.set_steps_done(f.state.step);
+  if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);
+  return f.state;
 }
 
 }  // namespace checkpoint
