@@ -21,6 +21,8 @@
 //                              make_trained()). At start the program also prints the ratio of
 //                              each transform and the entropy of Adam v under a few models
 //                              ("entropy adam_v ...": the ceiling of lossless compression).
+//                              Peer: bench/peers/zstd_shuffle.py (numpy byte shuffle + zstandard
+//                              level 1) on the same bytes (--hone_print_data=<workload>).
 //
 // tmpfs: /dev/shm/hone-bench-ckpt-<pid>. Disk: build/bench/tmp/ckpt-<pid> (HONE_BENCH_DISK_DIR
 // overrides the parent). At most ~2 GiB per destination; both removed at exit.
@@ -590,6 +592,23 @@ bool register_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return hone_bench::main(argc, argv, {{"ckpt_1G", [] { return ckpt_sizes(); }}},
-                          register_benchmarks);
+  // The trained tensors the ckpt_compress_* workloads replicate, for the peer that compresses
+  // the same bytes (bench/peers/zstd_shuffle.py): fp32 Adam v, and the weights as bf16.
+  const auto bytes_of = [](const auto& v) {
+    std::vector<std::byte> b(v.size() * sizeof(v[0]));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  const auto elements = [] { return std::vector<std::size_t>{trained::in * trained::out}; };
+  return hone_bench::main(
+      argc, argv,
+      {{"ckpt_1G", [] { return ckpt_sizes(); }},
+       {"ckpt_compress_adam_v", elements,
+        [bytes_of] { return bytes_of(trained_data().exp_avg_sq); }},
+       {"ckpt_compress_bf16_weights", elements,
+        [bytes_of] {
+          const auto& w = trained_data().weights;
+          return bytes_of(std::vector<hone::bfloat16>(w.begin(), w.end()));
+        }}},
+      register_benchmarks);
 }

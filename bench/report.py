@@ -59,10 +59,12 @@ _MEAN_COUNTERS = frozenset(("solved",))
 # Counters (or peer fields) shown in the table's notes column, in this order: the figures goals are
 # stated in. state_ratio: 8-bit AdamW's state bytes / fp32 AdamW's (bench_optim, adamw8bit_*);
 # paired_ratio: trainer step / hand-written step, measured in interleaved pairs (trainer_overhead);
-# compress_ratio: raw / stored checkpoint bytes (bench_checkpoint); frame_store_zstd_ratio and
+# compress_ratio: raw / stored checkpoint bytes (bench_checkpoint; the zstd_shuffle peer adds
+# compress_ratio_unshuffled, zstd on the bytes as they are); frame_store_zstd_ratio and
 # frame_store_bytes_per_transition (bench_frames); env_steps_to_solve and solved (fraction of seeds)
 # of dqn_cartpole_time_to_solve.
-NOTE_KEYS = ("state_ratio", "paired_ratio", "compress_ratio", "frame_store_zstd_ratio",
+NOTE_KEYS = ("state_ratio", "paired_ratio", "compress_ratio", "compress_ratio_unshuffled",
+             "frame_store_zstd_ratio",
              "frame_store_bytes_per_transition", "env_steps_to_solve", "solved")
 
 

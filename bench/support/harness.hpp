@@ -10,7 +10,10 @@
 //
 // Program flags (besides --benchmark_*): --hone_threads=N limits oneTBB to N threads (default:
 // all); --hone_print_sizes=<workload> prints the tensor sizes of a workload, one per line, and
-// exits (the peer scripts read them to run the very same tensors); --hone_list_workloads.
+// exits (the peer scripts read them to run the very same tensors); --hone_list_workloads;
+// --hone_print_data=<workload> writes the raw little-endian bytes of a workload that has data
+// (the trained tensors of the compression benchmarks) to stdout, so a peer compresses the very
+// same bytes; --hone_list_data names those workloads.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -50,10 +53,12 @@ inline void report_threads(benchmark::State& state) {
   state.counters["threads"] = static_cast<double>(thread_count());
 }
 
-/// A named tensor-size mix (for --hone_print_sizes).
+/// A named tensor-size mix (for --hone_print_sizes), and optionally its data (for
+/// --hone_print_data).
 struct workload_mix {
   std::string name;
   std::function<std::vector<std::size_t>()> sizes;
+  std::function<std::vector<std::byte>()> data = {};
 };
 
 /// Registers `fn` as "<workload>/<impl>", timed in wall-clock time and reported in milliseconds.
@@ -92,8 +97,27 @@ inline int main(int argc, char** argv, const std::vector<workload_mix>& mixes,
       std::fprintf(stderr, "%s: no workload named '%.*s' (see --hone_list_workloads)\n", argv[0],
                    static_cast<int>(name.size()), name.data());
       return 2;
-    } else if (arg == "--hone_list_workloads") {
-      for (const auto& m : mixes) std::printf("%s\n", m.name.c_str());
+    } else if (arg.starts_with("--hone_print_data=")) {
+      const std::string_view name = arg.substr(18);
+      for (const auto& m : mixes) {
+        if (m.name == name && m.data) {
+          const std::vector<std::byte> bytes = m.data();
+          if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() ||
+              std::fflush(stdout) != 0) {
+            std::fprintf(stderr, "%s: writing the data of '%.*s' to stdout failed\n", argv[0],
+                         static_cast<int>(name.size()), name.data());
+            return 1;
+          }
+          return 0;
+        }
+      }
+      std::fprintf(stderr, "%s: no workload with data named '%.*s' (see --hone_list_data)\n",
+                   argv[0], static_cast<int>(name.size()), name.data());
+      return 2;
+    } else if (arg == "--hone_list_workloads" || arg == "--hone_list_data") {
+      for (const auto& m : mixes) {
+        if (arg == "--hone_list_workloads" || m.data) std::printf("%s\n", m.name.c_str());
+      }
       return 0;
     } else {
       argv[rest++] = argv[i];

@@ -9,6 +9,7 @@ CTest by bench/CMakeLists.txt (HONE_BUILD_BENCH), or run directly:
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import tempfile
@@ -213,6 +214,44 @@ class PeerCommonTest(unittest.TestCase):
             self.assertEqual(_common.read_sizes(Path(d), "w"), [3, 4])
             self.assertEqual(_common.read_sizes(Path(d), "w", suffix="_cuda"), [5])
             self.assertEqual(_common.read_sizes(Path(d), "v"), None)
+
+    def test_read_data(self):
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "w.bin").write_bytes(b"\x00\x01\x02")
+            self.assertEqual(_common.read_data(Path(d), "w", "no_such_program"), b"\x00\x01\x02")
+
+    def test_zstd_shuffle_peer(self):
+        """The compression peer reads the workload's bytes from --sizes-dir: unavailable where
+        numpy or zstandard is missing; else a ratio that reflects the data (zeros compress far,
+        the shuffled constant-exponent floats less); a size that is not whole elements is an
+        error naming the workload."""
+        peer = BENCH / "peers" / "zstd_shuffle.py"
+        with tempfile.TemporaryDirectory() as d:
+            rng = random.Random(1)
+            floats = b"".join((0x3f800000 + rng.getrandbits(23)).to_bytes(4, "little")
+                              for _ in range(65536))
+            (Path(d) / "ckpt_compress_adam_v.bin").write_bytes(floats)
+            (Path(d) / "ckpt_compress_bf16_weights.bin").write_bytes(bytes(1 << 18))
+            out = Path(d) / "zstd.json"
+            subprocess.run([sys.executable, str(peer), "--sizes-dir", d, "--threads", "2",
+                            "--repetitions", "1", "--min-time", "0.01", "--out", str(out)],
+                           check=True, capture_output=True, text=True)
+            records = {r["name"]: r for r in json.loads(out.read_text())}
+            self.assertEqual(set(records), {"ckpt_compress_adam_v", "ckpt_compress_bf16_weights"})
+            v, z = records["ckpt_compress_adam_v"], records["ckpt_compress_bf16_weights"]
+            if v.get("available", True) is False:
+                self.assertIn("could not be imported", v["note"])
+                return
+            self.assertEqual((v["impl"], v["bytes_per_iter"]), ("zstd_shuffle", 64 << 20))
+            # One exponent (plane 3 constant), planes 0-2 close to uniform: about 4/3.
+            self.assertGreater(v["compress_ratio"], 1.2)
+            self.assertLess(v["compress_ratio"], 1.4)
+            self.assertGreater(z["compress_ratio"], 100.0)
+            (Path(d) / "ckpt_compress_adam_v.bin").write_bytes(bytes(6))
+            bad = subprocess.run([sys.executable, str(peer), "--sizes-dir", d, "--filter", "adam_v",
+                                  "--out", str(out)], capture_output=True, text=True)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("ckpt_compress_adam_v is 6 bytes", bad.stderr)
 
     def test_measure(self):
         calls = []

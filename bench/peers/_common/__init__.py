@@ -74,6 +74,18 @@ def read_sizes(sizes_dir: Path | None, workload: str, program: str | None = None
     return [int(line) for line in out.split()]
 
 
+def read_data(sizes_dir: Path | None, workload: str, program: str) -> bytes:
+    """The raw bytes of a workload that has data: sizes_dir/<workload>.bin (as scripts/bench
+    writes it with `<program> --hone_print_data=<workload>`), else that program's output."""
+    if sizes_dir is not None:
+        path = sizes_dir / f"{workload}.bin"
+        if path.exists():
+            return path.read_bytes()
+    binary = ROOT / "build" / "bench" / "bench" / program
+    return subprocess.run([str(binary), f"--hone_print_data={workload}"], check=True,
+                          capture_output=True).stdout
+
+
 def _no_sync() -> None:
     pass
 
