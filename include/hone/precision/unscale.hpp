@@ -9,10 +9,15 @@
 // some gradient was inf or NaN.
 #pragma once
 
+#include <array>
+#include <cstddef>
+
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/detail/no_contract.hpp"
 #include "hone/core/half.hpp"
 #include "hone/core/multi_tensor.hpp"
+#include "hone/core/parallel.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -44,14 +49,73 @@ struct unscale_accumulate {
   }
 };
 
+namespace detail {
+/// Elements per block of the host accumulate loop: its products wait in a stack buffer (1 KiB).
+inline constexpr std::size_t unscale_block = 256;
+
+/// master[i] += factor * g[i] over [begin, end), each product rounded before the add, and the sum
+/// of squares of the new master values (reduce_lanes partial sums, as reduce_range).
+///
+/// g++ fuses `master + factor * g` into one FMA under FMA flags (-march=native) even when the
+/// product is a separate statement, which changes the master gradients' bits against builds
+/// without FMA and against the device (__fmul_rn then __fadd_rn). An empty asm on each product
+/// would stop that but also the vectorizer (an fp16 accumulate ran 8x slower), so a block's
+/// products are computed by one vector loop into a buffer that the compiler must assume an empty
+/// asm statement rewrote, and added by a second vector loop.
+template <class G>
+HONE_VECTORIZE_FUNCTION double unscale_add_range(float factor, float* HONE_RESTRICT master,
+                                                 const G* HONE_RESTRICT g, std::size_t begin,
+                                                 std::size_t end) {
+  std::array<double, reduce_lanes> acc{};
+  alignas(64) float x[unscale_block];
+  for (std::size_t i = begin; i < end; i += unscale_block) {
+    const std::size_t len = end - i < unscale_block ? end - i : unscale_block;
+    for (std::size_t k = 0; k < len; ++k) x[k] = factor * static_cast<float>(g[i + k]);
+    HONE_DETAIL_OPAQUE_MEMORY(x);
+    std::size_t k = 0;
+    for (; k + reduce_lanes <= len; k += reduce_lanes) {
+      for (std::size_t l = 0; l < reduce_lanes; ++l) {
+        const float m = master[i + k + l] + x[k + l];
+        master[i + k + l] = m;
+        acc[l] += static_cast<double>(m) * static_cast<double>(m);
+      }
+    }
+    for (std::size_t l = 0; k < len; ++k, ++l) {
+      const float m = master[i + k] + x[k];
+      master[i + k] = m;
+      acc[l] += static_cast<double>(m) * static_cast<double>(m);
+    }
+  }
+  double r = acc[0];
+  for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
+  return r;
+}
+}  // namespace detail
+
 /// Runs unscale_accumulate over (master grads, working grads) lists on the host and returns the
-/// sum of squares of the master gradients afterwards (non-finite when any gradient was).
+/// sum of squares of the master gradients afterwards (non-finite when any gradient was). Every
+/// product and sum is rounded on its own, whatever the compiler flags: the master gradients are
+/// the same bits as the device's (cuda/unscale.cuh). Deterministic for a given grain.
 template <class G>
 double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float factor,
                                bool accumulate, host_tuning tuning = {}) {
-  return accumulate
-             ? transform_reduce(lists, 0.0, unscale_accumulate<G, true>{factor}, plus{}, tuning)
-             : transform_reduce(lists, 0.0, unscale_accumulate<G, false>{factor}, plus{}, tuning);
+  if (!accumulate) {
+    // master = factor * g: no add to fuse into (the square of a float is exact in double).
+    return transform_reduce(lists, 0.0, unscale_accumulate<G, false>{factor}, plus{}, tuning);
+  }
+  if (lists.empty()) return 0.0;
+  const auto chunks = detail::make_chunks(lists, tuning.grain);
+  return tbb::parallel_deterministic_reduce(
+      tbb::blocked_range<std::size_t>(0, chunks.size(), 1), 0.0,
+      [&](const tbb::blocked_range<std::size_t>& r, double acc) {
+        for (std::size_t c = r.begin(); c != r.end(); ++c) {
+          const auto& ch = chunks[c];
+          acc += detail::unscale_add_range(factor, lists.template pointer<0>(ch.tensor),
+                                           lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
+        }
+        return acc;
+      },
+      plus{}, tbb::simple_partitioner{});
 }
 
 /// working = W(master): the cast back to the working precision after an update.

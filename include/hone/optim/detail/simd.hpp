@@ -33,6 +33,7 @@
 
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/detail/no_contract.hpp"
 #include "hone/core/half.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
@@ -104,16 +105,9 @@ HONE_HOST_DEVICE constexpr float optim_max(float a, float b) noexcept {
 // offload engine's one-element buckets drifted from the plain step by an ulp (test_offload).
 // So no product of the update math may be fused: on the host it passes through an empty asm
 // statement the optimizer cannot see through (no instruction is emitted), on the device it is
-// __fmul_rn, which nvcc never merges into an FMA. The results are then the same with and without
-// FMA hardware, on the CPU and on the GPU (IEEE sqrt and division on both).
-#if !HONE_DEVICE_PASS && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define HONE_DETAIL_OPAQUE_FP(x) __asm__("" : "+v"(x))
-#elif !HONE_DEVICE_PASS && defined(__GNUC__) && defined(__aarch64__)
-#define HONE_DETAIL_OPAQUE_FP(x) __asm__("" : "+w"(x))
-#else
-// MSVC does not contract under its default /fp:precise; the device pass uses __fmul_rn.
-#define HONE_DETAIL_OPAQUE_FP(x) ((void)0)
-#endif
+// __fmul_rn, which nvcc never merges into an FMA (HONE_DETAIL_OPAQUE_FP,
+// core/detail/no_contract.hpp). The results are then the same with and without FMA hardware, on
+// the CPU and on the GPU (IEEE sqrt and division on both).
 
 /// A float whose products are never fused with a following add (see above): the value type of
 /// the element (scalar) path of the update functors.
