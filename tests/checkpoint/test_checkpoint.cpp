@@ -516,6 +516,30 @@ BOOST_AUTO_TEST_CASE(shuffle_is_a_byte_plane_transpose) {
   BOOST_CHECK_THROW(
       ck::shuffle_bytes(std::as_bytes(std::span(in)).first(7), 4, std::span(shuffled).first(7)),
       hone::config_error);
+  // The input and output must not overlap (the vector loops assume it).
+  BOOST_CHECK_THROW(ck::shuffle_bytes(std::span<const std::byte>(shuffled).first(8), 4,
+                                      std::span(shuffled).subspan(4, 8)),
+                    hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(shuffle_every_element_size_and_length) {
+  // Each element size has its own loop (1, 2, 4, 8 fixed, others generic), vectorized with a
+  // scalar remainder: lengths around vector widths, against the definition.
+  std::mt19937 rng(3);
+  for (const std::size_t item : {1, 2, 3, 4, 8}) {
+    for (const std::size_t n : {1, 2, 3, 15, 16, 17, 31, 33, 64, 1000}) {
+      bytes in(n * item), shuffled(n * item), back(n * item);
+      for (auto& b : in) b = static_cast<std::byte>(rng());
+      ck::shuffle_bytes(in, item, shuffled);
+      bool same = true;
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = 0; j < item; ++j) same = same && shuffled[j * n + i] == in[i * item + j];
+      }
+      BOOST_TEST(same, "item " << item << ", " << n << " elements");
+      ck::unshuffle_bytes(shuffled, item, back);
+      BOOST_TEST((back == in), "item " << item << ", " << n << " elements");
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(compressed_round_trip_every_dtype_and_back_to_safetensors) {
@@ -662,6 +686,29 @@ BOOST_AUTO_TEST_CASE(float_split_matches_the_ieee_fields_and_inverts) {
                  ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
       ck::untransform_bytes(t, moved, item, back);
       BOOST_TEST((back == in), ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
+    }
+  }
+  // Short inputs (element 0 is peeled for the delta; the rest is one vector loop and its tail).
+  for (const std::size_t n : {1, 2, 3, 17, 33}) {
+    for (const bool f32 : {true, false}) {
+      const std::size_t item = f32 ? 4 : 2;
+      std::vector<std::uint32_t> bits(n);
+      for (auto& b : bits) b = f32 ? rng() : rng() & 0xffff;
+      bytes in(n * item);
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t k = 0; k < item; ++k) {
+          in[i * item + k] = static_cast<std::byte>((bits[i] >> (8 * k)) & 0xff);
+        }
+      }
+      for (const auto t : {ck::chunk_transform::split, ck::chunk_transform::split_delta}) {
+        bytes moved(in.size()), back(in.size());
+        ck::transform_bytes(t, in, item, moved);
+        const auto want = reference_split(bits, f32, t == ck::chunk_transform::split_delta);
+        BOOST_TEST(std::equal(moved.begin(), moved.end(), std::as_bytes(std::span(want)).begin()),
+                   ck::encoding_name(t) << (f32 ? " F32 " : " BF16 ") << n << " elements");
+        ck::untransform_bytes(t, moved, item, back);
+        BOOST_TEST((back == in), ck::encoding_name(t) << (f32 ? " F32 " : " BF16 ") << n);
+      }
     }
   }
   bytes three(12), out(12);
