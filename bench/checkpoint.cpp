@@ -632,15 +632,14 @@ int main(int argc, char** argv) {
     return b;
   };
   const auto elements = [] { return std::vector<std::size_t>{trained::in * trained::out}; };
-  return hone_bench::main(
-      argc, argv,
-      {{"ckpt_1G", [] { return ckpt_sizes(); }},
-       {"ckpt_compress_adam_v", elements,
-        [bytes_of] { return bytes_of(trained_data().exp_avg_sq); }},
-       {"ckpt_compress_bf16_weights", elements,
-        [bytes_of] {
-          const auto& w = trained_data().weights;
-          return bytes_of(std::vector<hone::bfloat16>(w.begin(), w.end()));
-        }}},
-      register_benchmarks);
+  return hone_bench::main(argc, argv,
+                          {{"ckpt_1G", [] { return ckpt_sizes(); }},
+                           {"ckpt_compress_adam_v", elements,
+                            [bytes_of] { return bytes_of(trained_data().exp_avg_sq); }},
+                           {"ckpt_compress_bf16_weights", elements,
+                            [bytes_of] {
+                              const auto& w = trained_data().weights;
+                              return bytes_of(std::vector<hone::bfloat16>(w.begin(), w.end()));
+                            }}},
+                          register_benchmarks);
 }

@@ -533,7 +533,8 @@ BOOST_AUTO_TEST_CASE(shuffle_every_element_size_and_length) {
       ck::shuffle_bytes(in, item, shuffled);
       bool same = true;
       for (std::size_t i = 0; i < n; ++i) {
-        for (std::size_t j = 0; j < item; ++j) same = same && shuffled[j * n + i] == in[i * item + j];
+        for (std::size_t j = 0; j < item; ++j)
+          same = same && shuffled[j * n + i] == in[i * item + j];
       }
       BOOST_TEST(same, "item " << item << ", " << n << " elements");
       ck::unshuffle_bytes(shuffled, item, back);

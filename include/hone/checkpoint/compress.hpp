@@ -178,8 +178,8 @@ HONE_VECTORIZE_FUNCTION void unshuffle_fixed(const std::uint8_t* HONE_RESTRICT s
     for (std::size_t j = 0; j < Item; ++j) dst[i * Item + j] = src[j * n + i];
   }
 }
-inline void check_planes(std::span<const std::byte> in, std::size_t item,
-                         std::span<std::byte> out, const char* who) {
+inline void check_planes(std::span<const std::byte> in, std::size_t item, std::span<std::byte> out,
+                         const char* who) {
   require(item > 0 && in.size() % item == 0 && out.size() == in.size(),
           std::string("hone::checkpoint::") + who + ": sizes are not a whole number of elements");
   require(in.empty() || in.data() + in.size() <= out.data() || out.data() + out.size() <= in.data(),
@@ -340,9 +340,11 @@ inline void transform_bytes(chunk_transform t, std::span<const std::byte> in, st
   const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
   auto* dst = reinterpret_cast<std::uint8_t*>(out.data());
   if (item == 4) {
-    delta ? detail::split_floats<4, true>(src, n, dst) : detail::split_floats<4, false>(src, n, dst);
+    delta ? detail::split_floats<4, true>(src, n, dst)
+          : detail::split_floats<4, false>(src, n, dst);
   } else {
-    delta ? detail::split_floats<2, true>(src, n, dst) : detail::split_floats<2, false>(src, n, dst);
+    delta ? detail::split_floats<2, true>(src, n, dst)
+          : detail::split_floats<2, false>(src, n, dst);
   }
 }
 
