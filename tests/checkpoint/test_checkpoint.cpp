@@ -654,6 +654,28 @@ std::vector<std::uint8_t> reference_split(std::span<const std::uint32_t> bits, b
   }
   return out;
 }
+
+/// Both split transforms of the elements `bits` (F32, or BF16 in the low halves) against
+/// reference_split, and their inverses back to the input.
+void check_splits(std::span<const std::uint32_t> bits, bool f32) {
+  const std::size_t item = f32 ? 4 : 2;
+  bytes in(bits.size() * item);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    for (std::size_t k = 0; k < item; ++k) {
+      in[i * item + k] = static_cast<std::byte>((bits[i] >> (8 * k)) & 0xff);
+    }
+  }
+  for (const auto t : {ck::chunk_transform::split, ck::chunk_transform::split_delta}) {
+    bytes moved(in.size()), back(in.size());
+    ck::transform_bytes(t, in, item, moved);
+    const auto want = reference_split(bits, f32, t == ck::chunk_transform::split_delta);
+    BOOST_TEST(std::equal(moved.begin(), moved.end(), std::as_bytes(std::span(want)).begin()),
+               ck::encoding_name(t) << (f32 ? " F32, " : " BF16, ") << bits.size() << " elements");
+    ck::untransform_bytes(t, moved, item, back);
+    BOOST_TEST((back == in), ck::encoding_name(t)
+                                 << (f32 ? " F32, " : " BF16, ") << bits.size() << " elements");
+  }
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(float_split_matches_the_ieee_fields_and_inverts) {
@@ -672,49 +694,23 @@ BOOST_AUTO_TEST_CASE(float_split_matches_the_ieee_fields_and_inverts) {
       for (auto& b : bits) b &= 0xffff;  // every BF16 pattern kind: low halves of the above
       for (std::uint32_t b = 0; b < 65536; b += 7) bits.push_back(b);
     }
-    const std::size_t item = f32 ? 4 : 2;
-    bytes in(bits.size() * item);
-    for (std::size_t i = 0; i < bits.size(); ++i) {
-      for (std::size_t k = 0; k < item; ++k) {
-        in[i * item + k] = static_cast<std::byte>((bits[i] >> (8 * k)) & 0xff);
-      }
-    }
-    for (const auto t : {ck::chunk_transform::split, ck::chunk_transform::split_delta}) {
-      bytes moved(in.size()), back(in.size());
-      ck::transform_bytes(t, in, item, moved);
-      const auto want = reference_split(bits, f32, t == ck::chunk_transform::split_delta);
-      BOOST_TEST(std::equal(moved.begin(), moved.end(), std::as_bytes(std::span(want)).begin()),
-                 ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
-      ck::untransform_bytes(t, moved, item, back);
-      BOOST_TEST((back == in), ck::encoding_name(t) << (f32 ? " F32" : " BF16"));
-    }
+    check_splits(bits, f32);
   }
   // Short inputs (element 0 is peeled for the delta; the rest is one vector loop and its tail).
   for (const std::size_t n : {1, 2, 3, 17, 33}) {
     for (const bool f32 : {true, false}) {
-      const std::size_t item = f32 ? 4 : 2;
       std::vector<std::uint32_t> bits(n);
       for (auto& b : bits) b = f32 ? rng() : rng() & 0xffff;
-      bytes in(n * item);
-      for (std::size_t i = 0; i < n; ++i) {
-        for (std::size_t k = 0; k < item; ++k) {
-          in[i * item + k] = static_cast<std::byte>((bits[i] >> (8 * k)) & 0xff);
-        }
-      }
-      for (const auto t : {ck::chunk_transform::split, ck::chunk_transform::split_delta}) {
-        bytes moved(in.size()), back(in.size());
-        ck::transform_bytes(t, in, item, moved);
-        const auto want = reference_split(bits, f32, t == ck::chunk_transform::split_delta);
-        BOOST_TEST(std::equal(moved.begin(), moved.end(), std::as_bytes(std::span(want)).begin()),
-                   ck::encoding_name(t) << (f32 ? " F32 " : " BF16 ") << n << " elements");
-        ck::untransform_bytes(t, moved, item, back);
-        BOOST_TEST((back == in), ck::encoding_name(t) << (f32 ? " F32 " : " BF16 ") << n);
-      }
+      check_splits(bits, f32);
     }
   }
   bytes three(12), out(12);
   BOOST_CHECK_THROW(ck::transform_bytes(ck::chunk_transform::split, three, 3, out),
                     hone::config_error);
+  BOOST_CHECK_THROW(ck::transform_bytes(ck::chunk_transform::split_delta,
+                                        std::span<const std::byte>(out).first(8), 4,
+                                        std::span(out).subspan(4, 8)),
+                    hone::config_error);  // overlapping input and output
   BOOST_CHECK_THROW(
       ck::untransform_bytes(ck::chunk_transform::split_delta, three, 8, std::span(out).first(8)),
       hone::config_error);

@@ -164,26 +164,53 @@ namespace detail {
 // declared non-overlapping, g++ and clang vectorize these loops (byte gathers become shuffles);
 // HONE_VECTORIZE_FUNCTION asks g++ to do so at -O2 as well. The generic item loop ran at 2-3 GB/s,
 // the fixed ones at 10-50 (`-O3 -march=native`, one core of the 2-core CI machine).
-template <std::size_t Item>
-HONE_VECTORIZE_FUNCTION void shuffle_fixed(const std::uint8_t* HONE_RESTRICT src, std::size_t n,
-                                           std::uint8_t* HONE_RESTRICT dst) noexcept {
+/// Byte j of element i moves between i * item + j (elements) and j * n + i (planes): to the planes
+/// when ToPlanes, back otherwise. Item is the element size when fixed at compile time (0: `item`).
+template <bool ToPlanes, std::size_t Item>
+HONE_VECTORIZE_FUNCTION void transpose_planes(const std::uint8_t* HONE_RESTRICT src, std::size_t n,
+                                              std::size_t item,
+                                              std::uint8_t* HONE_RESTRICT dst) noexcept {
+  const std::size_t k = Item != 0 ? Item : item;
   for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < Item; ++j) dst[j * n + i] = src[i * Item + j];
+    for (std::size_t j = 0; j < k; ++j) {
+      if constexpr (ToPlanes) {
+        dst[j * n + i] = src[i * k + j];
+      } else {
+        dst[i * k + j] = src[j * n + i];
+      }
+    }
   }
 }
-template <std::size_t Item>
-HONE_VECTORIZE_FUNCTION void unshuffle_fixed(const std::uint8_t* HONE_RESTRICT src, std::size_t n,
-                                             std::uint8_t* HONE_RESTRICT dst) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < Item; ++j) dst[i * Item + j] = src[j * n + i];
-  }
-}
-inline void check_planes(std::span<const std::byte> in, std::size_t item, std::span<std::byte> out,
-                         const char* who) {
-  require(item > 0 && in.size() % item == 0 && out.size() == in.size(),
-          std::string("hone::checkpoint::") + who + ": sizes are not a whole number of elements");
+
+/// The transforms' loops assume their input and output do not overlap.
+inline void check_disjoint(std::span<const std::byte> in, std::span<const std::byte> out,
+                           const char* who) {
   require(in.empty() || in.data() + in.size() <= out.data() || out.data() + out.size() <= in.data(),
           std::string("hone::checkpoint::") + who + ": the input and output overlap");
+}
+
+template <bool ToPlanes>
+void transpose_planes(std::span<const std::byte> in, std::size_t item, std::span<std::byte> out,
+                      const char* who) {
+  require(item > 0 && in.size() % item == 0 && out.size() == in.size(),
+          std::string("hone::checkpoint::") + who + ": sizes are not a whole number of elements");
+  check_disjoint(in, out, who);
+  const std::size_t n = in.size() / item;
+  const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
+  auto* dst = reinterpret_cast<std::uint8_t*>(out.data());
+  switch (item) {
+    case 1:
+      if (n != 0) std::memcpy(dst, src, n);
+      return;
+    case 2:
+      return transpose_planes<ToPlanes, 2>(src, n, item, dst);
+    case 4:
+      return transpose_planes<ToPlanes, 4>(src, n, item, dst);
+    case 8:
+      return transpose_planes<ToPlanes, 8>(src, n, item, dst);
+    default:
+      return transpose_planes<ToPlanes, 0>(src, n, item, dst);
+  }
 }
 }  // namespace detail
 
@@ -191,49 +218,13 @@ inline void check_planes(std::span<const std::byte> in, std::size_t item, std::s
 /// `in` and `out` must not overlap.
 inline void shuffle_bytes(std::span<const std::byte> in, std::size_t item,
                           std::span<std::byte> out) {
-  detail::check_planes(in, item, out, "shuffle_bytes");
-  const std::size_t n = in.size() / item;
-  const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
-  auto* dst = reinterpret_cast<std::uint8_t*>(out.data());
-  switch (item) {
-    case 1:
-      if (n != 0) std::memcpy(dst, src, n);
-      return;
-    case 2:
-      return detail::shuffle_fixed<2>(src, n, dst);
-    case 4:
-      return detail::shuffle_fixed<4>(src, n, dst);
-    case 8:
-      return detail::shuffle_fixed<8>(src, n, dst);
-    default:
-      for (std::size_t i = 0; i < n; ++i) {
-        for (std::size_t j = 0; j < item; ++j) dst[j * n + i] = src[i * item + j];
-      }
-  }
+  detail::transpose_planes<true>(in, item, out, "shuffle_bytes");
 }
 
 /// Inverse of shuffle_bytes.
 inline void unshuffle_bytes(std::span<const std::byte> in, std::size_t item,
                             std::span<std::byte> out) {
-  detail::check_planes(in, item, out, "unshuffle_bytes");
-  const std::size_t n = in.size() / item;
-  const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
-  auto* dst = reinterpret_cast<std::uint8_t*>(out.data());
-  switch (item) {
-    case 1:
-      if (n != 0) std::memcpy(dst, src, n);
-      return;
-    case 2:
-      return detail::unshuffle_fixed<2>(src, n, dst);
-    case 4:
-      return detail::unshuffle_fixed<4>(src, n, dst);
-    case 8:
-      return detail::unshuffle_fixed<8>(src, n, dst);
-    default:
-      for (std::size_t i = 0; i < n; ++i) {
-        for (std::size_t j = 0; j < item; ++j) dst[i * item + j] = src[j * n + i];
-      }
-  }
+  detail::transpose_planes<false>(in, item, out, "unshuffle_bytes");
 }
 
 namespace detail {
@@ -334,7 +325,7 @@ inline void transform_bytes(chunk_transform t, std::span<const std::byte> in, st
   require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
           "hone::checkpoint::transform_bytes: the split transforms take whole 2- or 4-byte "
           "elements (BF16, F32)");
-  detail::check_planes(in, item, out, "transform_bytes");
+  detail::check_disjoint(in, out, "transform_bytes");
   const std::size_t n = in.size() / item;
   const bool delta = t == chunk_transform::split_delta;
   const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
@@ -355,7 +346,7 @@ inline void untransform_bytes(chunk_transform t, std::span<const std::byte> in, 
   require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
           "hone::checkpoint::untransform_bytes: the split transforms take whole 2- or 4-byte "
           "elements (BF16, F32)");
-  detail::check_planes(in, item, out, "untransform_bytes");
+  detail::check_disjoint(in, out, "untransform_bytes");
   const std::size_t n = in.size() / item;
   const bool delta = t == chunk_transform::split_delta;
   const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());
