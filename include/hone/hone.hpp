@@ -64,5 +64,5 @@
 #include "hone/train/accumulate.hpp"
 #include "hone/train/early_stopping.hpp"
 #include "hone/train/recompute.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/train/trainer.hpp"

@@ -23,7 +23,7 @@
 #include "hone/checkpoint/writer.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/train/trainer.hpp"
 
 HONE_NAMESPACE_BEGIN

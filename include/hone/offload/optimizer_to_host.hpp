@@ -60,7 +60,7 @@
 #include "hone/optim/optimizer.hpp"
 #include "hone/optim/param_group.hpp"
 #include "hone/optim/sgd.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace offload {

@@ -29,7 +29,7 @@
 #include "hone/core/space.hpp"
 #include "hone/optim/detail/simd.hpp"
 #include "hone/optim/optimizer.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -40,7 +40,7 @@
 #include "hone/optim/detail/simd.hpp"
 #include "hone/optim/optimizer.hpp"
 #include "hone/optim/quantization.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -30,7 +30,7 @@
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
 #include "hone/optim/detail/simd.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -27,7 +27,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/space.hpp"
 #include "hone/optim/param_group.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -18,7 +18,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/half.hpp"
 #include "hone/precision/loss_scale.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

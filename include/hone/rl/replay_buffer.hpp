@@ -78,7 +78,7 @@ class replay_buffer {
   static_assert(detail::check_replay_policies<Policies...>());
 
   template <class Role, class Default>
-  using pick = typename detail::replay_pick<Role, Default, Policies...>::type;
+  using pick = typename detail::pick_impl<Role, Default, Policies...>::type;
 
  public:
   using transition_type = Transition;
@@ -422,7 +422,7 @@ class replay_buffer {
 
   template <class Role, class Default>
   static pick<Role, Default> policy_of(const Policies&... policies) {
-    constexpr std::size_t i = detail::replay_role_index<Role, Policies...>();
+    constexpr std::size_t i = role_index_v<Role, Policies...>;
     if constexpr (i < sizeof...(Policies)) {
       return std::get<i>(std::forward_as_tuple(policies...));
     } else {

@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "hone/core/config.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -47,27 +47,6 @@ concept has_replay_role = requires {
    std::is_same_v<typename P::role, roles::replay_concurrency> ||
    std::is_same_v<typename P::role, roles::replay_returns>);
 
-// The role machinery is hone's general one (hone/train/roles.hpp): playing a role, counting the
-// policies of a role, and picking one with a default.
-template <class P, class Role>
-inline constexpr bool replay_plays_v = plays_role_v<P, Role>;
-
-template <class Role, class... Policies>
-inline constexpr std::size_t replay_role_count_v = role_count_v<Role, Policies...>;
-
-template <class Role, class Default, class... Policies>
-using replay_pick = pick_impl<Role, Default, Policies...>;
-
-/// Index of the policy playing Role in the pack (sizeof...(Policies) when none does).
-template <class Role, class... Policies>
-consteval std::size_t replay_role_index() {
-  constexpr bool plays[] = {replay_plays_v<Policies, Role>..., false};
-  for (std::size_t i = 0; i < sizeof...(Policies); ++i) {
-    if (plays[i]) return i;
-  }
-  return sizeof...(Policies);
-}
-
 template <class... Policies>
 consteval bool check_replay_policies() {
   static_assert((has_replay_role<Policies> && ...),
@@ -75,15 +54,15 @@ consteval bool check_replay_policies() {
                 "policy (it has no nested `using role = hone::roles::replay_...;`). Pass "
                 "hone::ring_storage, hone::uniform, hone::prioritized<>, hone::single_thread, "
                 "hone::many_writers, hone::one_step or hone::n_step<N>.");
-  static_assert(replay_role_count_v<roles::replay_storage, Policies...> <= 1,
+  static_assert(role_count_v<roles::replay_storage, Policies...> <= 1,
                 "hone::replay_buffer: two storage policies; keep one.");
-  static_assert(replay_role_count_v<roles::replay_sampler, Policies...> <= 1,
+  static_assert(role_count_v<roles::replay_sampler, Policies...> <= 1,
                 "hone::replay_buffer: two sampler policies (e.g. hone::uniform and "
                 "hone::prioritized<>); keep one.");
-  static_assert(replay_role_count_v<roles::replay_concurrency, Policies...> <= 1,
+  static_assert(role_count_v<roles::replay_concurrency, Policies...> <= 1,
                 "hone::replay_buffer: two concurrency policies (hone::single_thread and "
                 "hone::many_writers); keep one.");
-  static_assert(replay_role_count_v<roles::replay_returns, Policies...> <= 1,
+  static_assert(role_count_v<roles::replay_returns, Policies...> <= 1,
                 "hone::replay_buffer: two return policies (hone::one_step and hone::n_step<N>); "
                 "keep one.");
   return true;

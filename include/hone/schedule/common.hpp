@@ -15,7 +15,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -24,7 +24,7 @@
 #include "hone/schedule/linear_warmup.hpp"
 #include "hone/schedule/one_cycle.hpp"
 #include "hone/schedule/wsd.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

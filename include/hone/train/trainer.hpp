@@ -65,7 +65,7 @@
 #include "hone/schedule/constant.hpp"
 #include "hone/schedule/schedule.hpp"
 #include "hone/train/accumulate.hpp"
-#include "hone/train/roles.hpp"
+#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -158,13 +158,13 @@ struct trainer_types {
   static_assert(check_model<Model>());
   static_assert(check_policies_have_roles<Policies...>());
 
-  using precision_type = pick<roles::precision, fp32, Policies...>;
-  using accumulation_type = pick<roles::accumulation, accumulate::none, Policies...>;
-  using optimizer_type = pick<roles::optimizer, adamw, Policies...>;
-  using clipping_type = pick<roles::clipping, no_clipping, Policies...>;
-  using schedule_type = pick<roles::schedule, constant_lr, Policies...>;
-  using checkpoint_type = pick<roles::checkpoint, no_checkpoint, Policies...>;
-  using offload_type = pick<roles::offload, no_offload, Policies...>;
+  using precision_type = pick_for<composers::trainer, roles::precision, fp32, Policies...>;
+  using accumulation_type = pick_for<composers::trainer, roles::accumulation, accumulate::none, Policies...>;
+  using optimizer_type = pick_for<composers::trainer, roles::optimizer, adamw, Policies...>;
+  using clipping_type = pick_for<composers::trainer, roles::clipping, no_clipping, Policies...>;
+  using schedule_type = pick_for<composers::trainer, roles::schedule, constant_lr, Policies...>;
+  using checkpoint_type = pick_for<composers::trainer, roles::checkpoint, no_checkpoint, Policies...>;
+  using offload_type = pick_for<composers::trainer, roles::offload, no_offload, Policies...>;
 
   static_assert(precision_policy<precision_type>,
                 "hone::trainer: the precision policy must be hone::fp32, hone::bf16_mixed or "
