@@ -4,8 +4,9 @@
 // hone::adamw does. Quantized slots run a block-wise kernel (bitsandbytes'
 // kOptimizerStatic8bit2StateBlockwise scheme): each CUDA block takes one quantization block at a
 // time, decodes both moments through the maps held in shared memory, applies the AdamW update of
-// adamw_coefficients::update (the host's math), reduces the new absmax over the block and encodes
-// again with quantize_keep_sign / quantize_nearest (the host's functions). The maps and the slot
+// adamw_coefficients::update (the host's math), reduces the new absmax of both moments over the
+// block in one cub::BlockReduce (hone/core/cuda/block_reduce.cuh) and encodes again with
+// quantize_keep_sign / quantize_nearest (the host's functions). The maps and the slot
 // table travel in the kernel arguments: no device allocation, no host synchronization.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/core/cuda/block_reduce.cuh"
 #include "hone/core/cuda/error.hpp"
 #include "hone/core/cuda/multi_tensor_apply.cuh"
 #include "hone/core/cuda/space.hpp"
@@ -45,18 +47,19 @@ struct adamw8_maps {
   float unsigned_map[256];
 };
 
-template <int Threads>
-__device__ __forceinline__ float block_max(float x, float* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = optim_max(x, __shfl_xor_sync(0xffffffffu, x, o));
-  constexpr int warps = Threads / 32;
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = scratch[0];
-#pragma unroll
-  for (int w = 1; w < warps; ++w) r = optim_max(r, scratch[w]);
-  return r;
-}
+/// The absmax of both moments of one quantization block, reduced together.
+struct adamw8_absmax {
+  float m;
+  float v;
+};
+
+/// optim_max per moment: the host's combining function (hone/optim/adamw_8bit.hpp).
+struct adamw8_absmax_max {
+  __device__ __forceinline__ adamw8_absmax operator()(const adamw8_absmax& a,
+                                                      const adamw8_absmax& b) const {
+    return {optim_max(a.m, b.m), optim_max(a.v, b.v)};
+  }
+};
 
 template <class G, int Threads, int PerThread>
 __global__ void __launch_bounds__(Threads)
@@ -66,8 +69,8 @@ __global__ void __launch_bounds__(Threads)
                       const float* device_grad_scale) {
   __shared__ float smap[256];
   __shared__ float umap[256];
-  __shared__ float scratch_m[Threads / 32];
-  __shared__ float scratch_v[Threads / 32];
+  using absmax_reduce = block_reduce<adamw8_absmax, Threads>;
+  __shared__ typename absmax_reduce::storage absmax_storage;
   if (found_inf != nullptr && *found_inf != 0) return;  // the same for every thread
   for (int t = threadIdx.x; t < 256; t += Threads) {
     smap[t] = maps.signed_map[t];
@@ -111,8 +114,12 @@ __global__ void __launch_bounds__(Threads)
         local_v = optim_max(local_v, fabsf(v[e]));
       }
     }
-    const float new_m = block_max<Threads>(local_m, scratch_m);
-    const float new_v = block_max<Threads>(local_v, scratch_v);
+    // Every thread takes part (the loop bounds are the same for the whole block) and gets the
+    // result.
+    const adamw8_absmax absmax =
+        absmax_reduce(absmax_storage).all_reduce({local_m, local_v}, adamw8_absmax_max{});
+    const float new_m = absmax.m;
+    const float new_v = absmax.v;
     if (threadIdx.x == 0) {
       *am = new_m;
       *av = new_v;
@@ -127,7 +134,7 @@ __global__ void __launch_bounds__(Threads)
         cv[j] = quantize_nearest(umap, v[e] * inv_v);
       }
     }
-    __syncthreads();  // the scratch arrays are reused by the next block
+    __syncthreads();  // absmax_storage is reused by the next quantization block
   }
 }
 

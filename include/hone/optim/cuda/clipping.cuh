@@ -2,9 +2,10 @@
 // every result left in device memory so the optimizer step can consume it without a host
 // synchronization (device_grad_scale and found_inf of the CUDA steps). Include only from .cu files.
 //
-// The reduction is deterministic: the grid size depends only on n, each block sums a fixed
-// strided subset in a fixed order (double accumulation), and a single block sums the per-block
-// partials in a fixed order; no atomics.
+// The reduction is deterministic: the grid size depends only on n, each thread combines a fixed
+// strided subset in a fixed order (double accumulation), each block combines its threads with
+// cub::BlockReduce (hone/core/cuda/block_reduce.cuh, a fixed order for the fixed block size), and
+// a single block combines the per-block partials the same way; no atomics.
 //
 // Non-finite norms: found_inf (when given) is set to 1 and never cleared (zero it before the step,
 // as PyTorch's GradScaler does); the coefficient written is then 1. error_if_nonfinite cannot
@@ -21,6 +22,7 @@
 
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/cuda/block_reduce.cuh"
 #include "hone/core/cuda/error.hpp"
 #include "hone/core/cuda/multi_tensor_apply.cuh"
 #include "hone/core/cuda/space.hpp"
@@ -47,13 +49,15 @@ inline constexpr int reduce_items_per_thread = 8;
 enum class grad_reduction : int { sum_sq = 0, sum_abs = 1, max_abs = 2 };
 
 template <grad_reduction R>
-__device__ __forceinline__ double reduce_combine(double a, double b) {
-  if constexpr (R == grad_reduction::max_abs) {
-    return (a != a || a > b) ? a : b;  // NaN-propagating max
-  } else {
-    return a + b;
+struct reduce_combine {
+  __device__ __forceinline__ double operator()(double a, double b) const {
+    if constexpr (R == grad_reduction::max_abs) {
+      return (a != a || a > b) ? a : b;  // NaN-propagating max
+    } else {
+      return a + b;
+    }
   }
-}
+};
 
 template <grad_reduction R, class G>
 __device__ __forceinline__ double reduce_term(const G& g) {
@@ -65,32 +69,19 @@ __device__ __forceinline__ double reduce_term(const G& g) {
   }
 }
 
-/// Fixed-order tree reduction of one value per thread; the result is valid in thread 0.
-template <grad_reduction R>
-__device__ __forceinline__ double block_reduce(double x, double* shared) {
-  shared[threadIdx.x] = x;
-  __syncthreads();
-#pragma unroll
-  for (int stride = reduce_threads / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) {
-      shared[threadIdx.x] = reduce_combine<R>(shared[threadIdx.x], shared[threadIdx.x + stride]);
-    }
-    __syncthreads();
-  }
-  return shared[0];
-}
+using grad_block_reduce = block_reduce<double, reduce_threads>;
 
 template <grad_reduction R, class G>
 __global__ void __launch_bounds__(reduce_threads)
     grad_reduce_partial_kernel(const G* grad, std::int64_t n, double* partials) {
-  __shared__ double shared[reduce_threads];
+  __shared__ grad_block_reduce::storage shared;
   double acc = 0.0;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * reduce_threads;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * reduce_threads + threadIdx.x; i < n;
        i += stride) {
-    acc = reduce_combine<R>(acc, reduce_term<R>(grad[i]));
+    acc = reduce_combine<R>{}(acc, reduce_term<R>(grad[i]));
   }
-  const double r = block_reduce<R>(acc, shared);
+  const double r = grad_block_reduce(shared).reduce(acc, reduce_combine<R>{});  // thread 0 only
   if (threadIdx.x == 0) partials[blockIdx.x] = r;
 }
 
@@ -98,12 +89,12 @@ template <grad_reduction R>
 __global__ void __launch_bounds__(reduce_threads)
     grad_reduce_final_kernel(const double* partials, int parts, float grad_scale, float max_norm,
                              double* sum_sq, float* norm, float* coefficient, int* found_inf) {
-  __shared__ double shared[reduce_threads];
+  __shared__ grad_block_reduce::storage shared;
   double acc = 0.0;
   for (int i = threadIdx.x; i < parts; i += reduce_threads) {
-    acc = reduce_combine<R>(acc, partials[i]);
+    acc = reduce_combine<R>{}(acc, partials[i]);
   }
-  const double total = block_reduce<R>(acc, shared);
+  const double total = grad_block_reduce(shared).reduce(acc, reduce_combine<R>{});  // thread 0
   if (threadIdx.x != 0) return;
   const double s = grad_scale;
   const bool finite = isfinite(total);

@@ -14,7 +14,8 @@
 //    (norm + 1e-6)) (1 when non-finite): PyTorch's clip_grad_norm_ coefficient, which the CUDA
 //    optimizer steps take as device_grad_scale.
 // The optimizer kernels read found_inf and skip in-kernel: no host synchronization between the
-// check and the update. The reduction is deterministic (fixed chunking, fixed tree, no atomics).
+// check and the update. The reduction is deterministic: fixed chunking, the block sums of
+// cub::BlockReduce in the fixed order of hone/core/cuda/block_reduce.cuh, no atomics.
 // The master gradients are the host pass's bit for bit (the functor rounds every operation on the
 // device, no FMA contraction); the sum differs from the host's only by summation order.
 #pragma once
@@ -28,6 +29,7 @@
 
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/cuda/block_reduce.cuh"
 #include "hone/core/cuda/error.hpp"
 #include "hone/core/cuda/multi_tensor_apply.cuh"
 #include "hone/core/cuda/space.hpp"
@@ -63,12 +65,13 @@ struct unscale_outputs {
 namespace detail {
 
 inline constexpr int unscale_threads = 512;
+using unscale_block_reduce = block_reduce<double, unscale_threads>;
 
 template <class Op, int MaxTensors, class G>
 __global__ void __launch_bounds__(unscale_threads)
     unscale_partial_kernel(multi_tensor_meta<2, MaxTensors> meta, Op op, int chunk,
                            double* partials) {
-  __shared__ double shared[unscale_threads];
+  __shared__ unscale_block_reduce::storage shared;
   const int t = meta.tensor[blockIdx.x];
   const std::int64_t begin = static_cast<std::int64_t>(meta.chunk[blockIdx.x]) * chunk;
   const std::int64_t rest = meta.size[t] - begin;
@@ -81,30 +84,23 @@ __global__ void __launch_bounds__(unscale_threads)
     acc += op(m, grad[i]);
     master[i] = m;
   }
-  shared[threadIdx.x] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int stride = unscale_threads / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
+  const double block_sum = unscale_block_reduce(shared).sum(acc);  // valid in thread 0
+  if (threadIdx.x == 0) partials[blockIdx.x] = block_sum;
 }
 
-__global__ void __launch_bounds__(unscale_threads)
+// A template (as every kernel of a header must be) so that several .cu files of one program can
+// include this header: a plain __global__ function would be defined once per file.
+template <int Threads = unscale_threads>
+__global__ void __launch_bounds__(Threads)
     unscale_final_kernel(const double* partials, std::int64_t parts, unscale_outputs out) {
-  __shared__ double shared[unscale_threads];
+  static_assert(Threads == unscale_threads,
+                "hone::detail::unscale_final_kernel: launch it with unscale_threads threads, the "
+                "block size of its reduction");
+  __shared__ unscale_block_reduce::storage shared;
   double acc = 0.0;
   for (std::int64_t i = threadIdx.x; i < parts; i += unscale_threads) acc += partials[i];
-  shared[threadIdx.x] = acc;
-  __syncthreads();
-#pragma unroll
-  for (int stride = unscale_threads / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
+  const double total = unscale_block_reduce(shared).sum(acc);  // valid in thread 0
   if (threadIdx.x != 0) return;
-  const double total = shared[0];
   const bool finite = isfinite(total);
   if (out.sum_sq != nullptr) *out.sum_sq = total;
   if (!finite && out.found_inf != nullptr) *out.found_inf = 1;
@@ -168,8 +164,8 @@ void launch_unscale(cuda_exec exec, const tensor_lists<float, const G>& lists, c
     HONE_CUDA_CHECK(cudaMemsetAsync(partials, 0, sizeof(double), exec.stream));
     done = 1;
   }
-  unscale_final_kernel<<<1, unscale_threads, 0, exec.stream>>>(
-      partials, static_cast<std::int64_t>(done), out);
+  unscale_final_kernel<>
+      <<<1, unscale_threads, 0, exec.stream>>>(partials, static_cast<std::int64_t>(done), out);
   check_last_launch("hone::unscale_accumulate_into(cuda_exec): unscale_final_kernel launch");
 }
 
