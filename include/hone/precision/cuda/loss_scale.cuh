@@ -57,12 +57,16 @@ __device__ inline void update_scale_device(device_scale_state& s, bool found_inf
   }
 }
 
+// The kernels are templates so that several .cu files of one program can include this header (a
+// plain __global__ function would be defined once per file and fail to link).
+template <class Config>
 __global__ void update_dynamic_scale_kernel(device_scale_state* s, const int* found_inf,
-                                            dynamic_loss_scale cfg) {
+                                            Config cfg) {
   if (s->collapsed != 0) return;  // the error is reported; nothing moves any more
   update_scale_device(*s, *found_inf != 0, cfg);
 }
 
+template <class Config>
 __global__ void update_static_scale_kernel(device_scale_state* s, const int* found_inf) {
   if (*found_inf != 0) ++s->state.skipped_steps;
 }
@@ -91,11 +95,13 @@ class device_loss_scaler {
 
   /// Records the outcome of a step on the device: reads *found_inf (device int), moves the scale.
   void update(cuda_exec exec, const int* found_inf, const dynamic_loss_scale& cfg) {
-    detail::update_dynamic_scale_kernel<<<1, 1, 0, exec.stream>>>(state_.data(), found_inf, cfg);
+    detail::update_dynamic_scale_kernel<dynamic_loss_scale>
+        <<<1, 1, 0, exec.stream>>>(state_.data(), found_inf, cfg);
     check_last_launch("hone::device_loss_scaler::update: update_dynamic_scale_kernel launch");
   }
   void update(cuda_exec exec, const int* found_inf, const static_loss_scale& /*cfg*/) {
-    detail::update_static_scale_kernel<<<1, 1, 0, exec.stream>>>(state_.data(), found_inf);
+    detail::update_static_scale_kernel<static_loss_scale>
+        <<<1, 1, 0, exec.stream>>>(state_.data(), found_inf);
     check_last_launch("hone::device_loss_scaler::update: update_static_scale_kernel launch");
   }
 
