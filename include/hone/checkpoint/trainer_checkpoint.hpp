@@ -88,55 +88,68 @@ inline constexpr bool offloaded_trainer_v = [] {
     return false;
   }
 }();
-}  // namespace detail
 
-/// Copies a trainer's state into `s`: weights (and, for content_policy::full, optimizer state),
-/// plus state.json from `extra` (its rng, data and metadata are kept; step, loss_scale and
-/// schedule are the trainer's).
+/// Whether a trainer's master weights and optimizer state are device memory: a CUDA trainer
+/// without the offload role (with it, they are the offload engine's host memory).
 template <class Trainer>
-void capture(Trainer& t, snapshot& s, const training_state& extra = {},
-             const trainer_save_options& o = {}) {
-  // A CUDA trainer with the offload role keeps its master weights and optimizer state on the
-  // host: this function serves it (restore publishes through the offload engine).
-  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space> ||
-                    detail::offloaded_trainer_v<Trainer>,
-                "hone::checkpoint::capture: this trainer's weights live on a CUDA device; include "
-                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose capture overload "
-                "stages them through pinned host memory.");
-  using working = typename Trainer::working_type;
-  const bool full = o.content == content_policy::full;
-  const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
-  const std::span<const float> master = t.master_weights();
-  const auto& layout = t.layout();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const auto& slot = layout[i];
-    s.add(files::weights, slot.name, detail::shape_of(o, slot.name, slot.count),
-          master.subspan(slot.offset, slot.count), wdt);
-  }
-  s.set_metadata(files::weights, "format", "pt");
-  if (full) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        const auto& slot = a.layout()[i];
-        s.add(files::optimizer, std::string(name) + "." + slot.name,
-              detail::shape_of(o, slot.name, slot.count), a.view(i));
-      }
-    });
-  }
-  s.state.rng = extra.rng;
-  s.state.data = extra.data;
-  s.state.metadata = extra.metadata;
-  s.state.step = t.steps_done();
-  s.state.loss_scale = t.scaler().state();
-  json::value sched = json::value::object();
-  sched.set("step", t.steps_done());
-  s.state.schedule = std::move(sched);
-}
+inline constexpr bool device_state_trainer_v =
+    std::is_same_v<typename Trainer::space_type, cuda_space> && !offloaded_trainer_v<Trainer>;
 
-namespace detail {
+/// How capture() records a trainer's tensors into a snapshot: host memory here (the snapshot
+/// copies the spans), device memory in hone/checkpoint/cuda/snapshot.cuh (staged through pinned
+/// host memory on the trainer's stream), which specializes it for OnDevice = true.
+template <bool OnDevice>
+class trainer_stager {
+  static_assert(!OnDevice,
+                "hone::checkpoint::capture: this trainer's weights live on a CUDA device; include "
+                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), which stages them through "
+                "pinned host memory.");
+
+ public:
+  template <class Trainer>
+  trainer_stager(Trainer& /*t*/, snapshot& s) noexcept : s_(&s) {}
+  void add_weights(const std::string& name, shape_type shape, std::span<const float> master,
+                   dtype stored) {
+    s_->add(files::weights, name, std::move(shape), master, stored);
+  }
+  template <class Arena>
+  void add_state(const std::string& prefix, const Arena& a, const trainer_save_options& o) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const auto& slot = a.layout()[i];
+      s_->add(files::optimizer, prefix + slot.name, shape_of(o, slot.name, slot.count), a.view(i));
+    }
+  }
+  void finish() noexcept {}
+
+ private:
+  snapshot* s_;
+};
+
+/// How restore() loads a trainer's tensors: host memory here, device memory in
+/// hone/checkpoint/cuda/snapshot.cuh (OnDevice = true).
+template <bool OnDevice>
+class trainer_loader {
+  static_assert(!OnDevice,
+                "hone::checkpoint::restore: this trainer's weights live on a CUDA device; include "
+                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), which stages them through "
+                "pinned host memory.");
+
+ public:
+  template <class Trainer>
+  explicit trainer_loader(Trainer& /*t*/) noexcept {}
+  static void load_weights(const tensor_file& f, const std::string& name, std::span<float> out) {
+    f.read_into(name, out);
+  }
+  template <class Arena>
+  static void load_state(const tensor_file& f, Arena& a, const std::string& prefix) {
+    (void)load_arena(f, a, prefix);
+  }
+  void finish() noexcept {}
+};
+
 /// What a trainer restore reads from a checkpoint directory (verified first unless `verify` is
 /// false): state.json, the weights file and the optimizer file when saved, each plain or
-/// compressed. Shared by the host restore below and the CUDA one (cuda/snapshot.cuh).
+/// compressed.
 struct trainer_files {
   training_state state;
   tensor_file weights;
@@ -160,32 +173,64 @@ inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool v
 }
 }  // namespace detail
 
-/// Restores a trainer from the checkpoint directory `dir` (verified first: a damaged checkpoint
-/// is refused with checkpoint_error): master weights (published into the model's working
-/// weights), optimizer state when the checkpoint has it, the step and the scaler. Returns the
-/// state, whose rng, data and metadata the caller restores.
+/// Copies a trainer's state into `s`: weights (and, for content_policy::full, optimizer state),
+/// plus state.json from `extra` (its rng, data and metadata are kept; step, loss_scale and
+/// schedule are the trainer's). The same function serves host and CUDA trainers (the latter with
+/// hone/checkpoint/cuda/snapshot.cuh included, from a .cu file): the files are the same, so a
+/// checkpoint of one restores into the other.
 template <class Trainer>
-training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
-  // A CUDA trainer with the offload role keeps its master weights and optimizer state on the
-  // host: this function serves it (restore publishes through the offload engine).
-  static_assert(!std::is_same_v<typename Trainer::space_type, cuda_space> ||
-                    detail::offloaded_trainer_v<Trainer>,
-                "hone::checkpoint::restore: this trainer's weights live on a CUDA device; include "
-                "hone/checkpoint/cuda/snapshot.cuh (from a .cu file), whose restore overload "
-                "stages them through pinned host memory.");
-  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
-  const std::span<float> master = t.master_weights();
+void capture(Trainer& t, snapshot& s, const training_state& extra = {},
+             const trainer_save_options& o = {}) {
+  using working = typename Trainer::working_type;
+  const bool full = o.content == content_policy::full;
+  const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
+  detail::trainer_stager<detail::device_state_trainer_v<Trainer>> stage(t, s);
+  const auto master = t.master_weights();
   const auto& layout = t.layout();
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const auto& slot = layout[i];
-    f.weights.read_into(slot.name, master.subspan(slot.offset, slot.count));
+    stage.add_weights(slot.name, detail::shape_of(o, slot.name, slot.count),
+                      master.subspan(slot.offset, slot.count), wdt);
   }
-  t.publish_weights();
-  if (f.optimizer) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
-      (void)load_arena(*f.optimizer, a, std::string(name) + ".");
+  if (full) {
+    t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+      stage.add_state(std::string(name) + ".", a, o);
     });
   }
+  stage.finish();
+  s.set_metadata(files::weights, "format", "pt");
+  s.state.rng = extra.rng;
+  s.state.data = extra.data;
+  s.state.metadata = extra.metadata;
+  s.state.step = t.steps_done();
+  s.state.loss_scale = t.scaler().state();
+  json::value sched = json::value::object();
+  sched.set("step", t.steps_done());
+  s.state.schedule = std::move(sched);
+}
+
+/// Restores a trainer from the checkpoint directory `dir` (verified first unless `verify` is
+/// false: a damaged checkpoint is refused with checkpoint_error): master weights (published into
+/// the model's working weights), optimizer state when the checkpoint has it, the step and the
+/// scaler. Returns the state, whose rng, data and metadata the caller restores. Host and CUDA
+/// trainers alike (see capture).
+template <class Trainer>
+training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
+  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
+  detail::trainer_loader<detail::device_state_trainer_v<Trainer>> load(t);
+  const auto master = t.master_weights();
+  const auto& layout = t.layout();
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    const auto& slot = layout[i];
+    load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
+  }
+  if (f.optimizer) {
+    t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+      load.load_state(*f.optimizer, a, std::string(name) + ".");
+    });
+  }
+  t.publish_weights();  // on CUDA stream-ordered after the copies
+  load.finish();
   t.set_steps_done(f.state.step);
   if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);
   return f.state;

@@ -26,14 +26,14 @@
 // CUDA call throws hone::cuda_error naming the call, after the stream has been synchronized (no
 // copy still lands in the buffer).
 //
-// capture() and restore() here are the overloads of hone/checkpoint/trainer_checkpoint.hpp's for
-// a trainer whose space_type is hone::cuda_space (hone/train/cuda/trainer.cuh), chosen by their
-// constraint when this header is included; the every_n_steps policy then checkpoints a CUDA
-// trainer too. capture() stages the fp32 master weights (or the export dtype), every optimizer
-// state arena and the same state.json as the host trainer, on the trainer's stream; restore()
-// verifies the directory, reads the tensors into pinned host memory, copies them to the device on
-// the trainer's stream, publishes the working weights and synchronizes once. The files are the
-// host trainer's: a checkpoint of one restores into the other.
+// hone/checkpoint/trainer_checkpoint.hpp's capture() and restore() serve a trainer whose state
+// lives on the device (hone/train/cuda/trainer.cuh) once this header is included: it supplies
+// their device stager and loader (the one front is written once there), and the every_n_steps
+// policy then checkpoints a CUDA trainer too. capture() stages the fp32 master weights (or the
+// export dtype), every optimizer state arena and the same state.json as the host trainer, on the
+// trainer's stream; restore() verifies the directory, reads the tensors into pinned host memory,
+// copies them to the device on the trainer's stream, publishes the working weights and synchronizes
+// once. The files are the host trainer's: a checkpoint of one restores into the other.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -247,62 +247,73 @@ class device_snapshot {
 
 /// A hone::trainer whose state lives in CUDA device memory (hone/train/cuda/trainer.cuh). A CUDA
 /// trainer with the offload role is not one: its master weights and optimizer state are the
-/// offload engine's host memory, and trainer_checkpoint.hpp's own capture/restore serve it.
+/// offload engine's host memory, and the host stager serves it.
 template <class Trainer>
-concept device_trainer =
-    std::same_as<typename Trainer::space_type, cuda_space> && !detail::offloaded_trainer_v<Trainer>;
-
-/// capture() of trainer_checkpoint.hpp for a CUDA trainer: the same files, staged from the device
-/// on the trainer's stream (synchronized once before returning).
-template <class Trainer>
-requires device_trainer<Trainer>
-void capture(Trainer& t, snapshot& s, const training_state& extra = {},
-             const trainer_save_options& o = {}) {
-  using working = typename Trainer::working_type;
-  const bool full = o.content == content_policy::full;
-  const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
-  device_snapshot d(s, t.exec().stream);
-  const device_span<float> master = t.master_weights();
-  const auto& layout = t.layout();
-  // The trainer's own master arena is one allocation; bound zero-copy, the master weights are the
-  // model's tensors, which may be separate allocations that merely lie next to each other.
-  const std::size_t tag = t.zero_copy() ? 0 : d.new_allocation_tag();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const auto& slot = layout[i];
-    d.add(files::weights, slot.name, detail::shape_of(o, slot.name, slot.count),
-          device_span<const float>(master.subspan(slot.offset, slot.count)), wdt, tag);
-  }
-  if (full) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
-      d.add_arena(files::optimizer, std::string(name) + ".", a, o.shapes);
-    });
-  }
-  d.finish();
-  s.set_metadata(files::weights, "format", "pt");
-  s.state.rng = extra.rng;
-  s.state.data = extra.data;
-  s.state.metadata = extra.metadata;
-  s.state.step = t.steps_done();
-  s.state.loss_scale = t.scaler().state();
-  json::value sched = json::value::object();
-  sched.set("step", t.steps_done());
-  s.state.schedule = std::move(sched);
-}
+concept device_trainer = detail::device_state_trainer_v<Trainer>;
 
 namespace detail {
-/// Host staging of a device restore: pinned buffers that outlive the copies reading them.
-class device_upload {
+/// capture()'s stager for a CUDA trainer (trainer_checkpoint.hpp): the same files as the host's,
+/// recorded in a device_snapshot on the trainer's stream and copied in finish() (one stream
+/// synchronization).
+template <>
+class trainer_stager<true> {
  public:
-  explicit device_upload(cudaStream_t stream) noexcept : stream_(stream) {}
-  device_upload(const device_upload&) = delete;
-  device_upload& operator=(const device_upload&) = delete;
-  ~device_upload() {
+  template <class Trainer>
+  trainer_stager(Trainer& t, snapshot& s)
+      : d_(s, t.exec().stream),
+        // The trainer's own master arena is one allocation; bound zero-copy, the master weights
+        // are the model's tensors, which may be separate allocations that merely lie next to
+        // each other.
+        weights_tag_(t.zero_copy() ? 0 : d_.new_allocation_tag()) {}
+  void add_weights(const std::string& name, shape_type shape, device_span<float> master,
+                   dtype stored) {
+    d_.add(files::weights, name, std::move(shape), device_span<const float>(master), stored,
+           weights_tag_);
+  }
+  template <class Arena>
+  void add_state(const std::string& prefix, const Arena& a, const trainer_save_options& o) {
+    d_.add_arena(files::optimizer, prefix, a, o.shapes);
+  }
+  void finish() { d_.finish(); }
+
+ private:
+  device_snapshot d_;
+  std::size_t weights_tag_;
+};
+
+/// restore()'s loader for a CUDA trainer: each tensor is read into pinned host memory that
+/// outlives its stream-ordered copy to the device; finish() synchronizes the stream once.
+template <>
+class trainer_loader<true> {
+ public:
+  template <class Trainer>
+  explicit trainer_loader(Trainer& t) noexcept : stream_(t.exec().stream) {}
+  trainer_loader(const trainer_loader&) = delete;
+  trainer_loader& operator=(const trainer_loader&) = delete;
+  ~trainer_loader() {
     if (!synced_) {  // an exception is on its way: let the copies finish before freeing
       (void)cudaStreamSynchronize(stream_);
       (void)cudaGetLastError();
     }
   }
 
+  void load_weights(const tensor_file& f, const std::string& name, device_span<float> out) {
+    load(f, name, out.data(), out.size());
+  }
+  template <class Arena>
+  void load_state(const tensor_file& f, Arena& a, const std::string& prefix) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const auto v = a.view(i);
+      load(f, prefix + a.layout()[i].name, v.data(), v.size());
+    }
+  }
+  /// Waits for every copy (and the stream's earlier work, e.g. publish_weights).
+  void finish() {
+    synced_ = true;
+    HONE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
   /// Reads tensor `name` of `f` (converting its dtype to T) into pinned memory and copies it to
   /// the `count` elements at `device`, stream-ordered.
   template <class T>
@@ -316,49 +327,11 @@ class device_upload {
     held_.push_back(std::move(host));
   }
 
-  /// Waits for every copy (and the stream's earlier work).
-  void sync() {
-    synced_ = true;
-    HONE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
- private:
   cudaStream_t stream_;
   bool synced_ = false;
   std::vector<buffer<std::byte, pinned_host_space>> held_;
 };
 }  // namespace detail
-
-/// restore() of trainer_checkpoint.hpp for a CUDA trainer: verifies `dir` (unless `verify` is
-/// false), copies the master weights and the optimizer state (when saved) to the device on the
-/// trainer's stream, publishes the working weights, synchronizes, and sets the step and the
-/// scaler. Returns the state, whose rng, data and metadata the caller restores.
-template <class Trainer>
-requires device_trainer<Trainer> training_state restore(Trainer& t,
-                                                        const std::filesystem::path& dir,
-                                                        bool verify = true) {
-  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
-  detail::device_upload up(t.exec().stream);
-  const device_span<float> master = t.master_weights();
-  const auto& layout = t.layout();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const auto& slot = layout[i];
-    up.load(f.weights, slot.name, master.data() + slot.offset, slot.count);
-  }
-  if (f.optimizer) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        const auto v = a.view(i);
-        up.load(*f.optimizer, std::string(name) + "." + a.layout()[i].name, v.data(), v.size());
-      }
-    });
-  }
-  t.publish_weights();  // stream-ordered after the copies
-  up.sync();
-  t.set_steps_done(f.state.step);
-  if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);
-  return f.state;
-}
 
 }  // namespace checkpoint
 HONE_NAMESPACE_END

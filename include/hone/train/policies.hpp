@@ -1,0 +1,99 @@
+// hone/train/policies.hpp: what a training step reports, and the default policies of the
+// trainer's roles that have no module of their own: checkpoint, offload, gradient reduction and
+// step observer (the other defaults are hone::fp32, hone::accumulate::none, hone::adamw,
+// hone::no_clipping and hone::constant_lr, each in its module).
+#pragma once
+
+#include <cstdint>
+
+#include "hone/core/config.hpp"
+#include "hone/core/roles.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+/// What one step did.
+struct step_report {
+  float loss = 0.0f;        // accumulation-weighted loss of the micro-batches
+  double grad_norm = 0.0;   // L2 norm of the unscaled, accumulated gradient (inf/NaN if it was)
+  float lr = 0.0f;          // learning rate used (or that would have been used, if skipped)
+  float loss_scale = 1.0f;  // scale the micro-batches ran with
+  bool skipped = false;     // true when an inf/NaN gradient skipped the update
+  std::uint64_t step = 0;   // applied updates after this step
+};
+
+/// Role checkpoint, the default: no checkpoints. A checkpoint policy names an `engine` type built
+/// from the policy; the trainer calls engine.before_step(trainer) at the start of every step (an
+/// async writer's background error surfaces there) and engine.after_step(trainer, report) after
+/// it. hone::checkpoint::every_n_steps (hone/checkpoint/policy.hpp) is the ready-made one.
+struct no_checkpoint {
+  using role = roles::checkpoint;
+  struct engine {
+    explicit engine(const no_checkpoint& /*policy*/) {}
+    template <class Trainer>
+    void before_step(Trainer& /*t*/) {}
+    template <class Trainer>
+    void after_step(Trainer& /*t*/, const step_report& /*r*/) {}
+  };
+};
+
+/// Role offload, the default: the optimizer runs where the model's parameters live. The other
+/// policy of this role is hone::offload::optimizer_to_host (hone/offload/optimizer_to_host.hpp).
+struct no_offload {
+  using role = roles::offload;
+};
+
+/// Role gradient reduction, the default: the accumulated gradients are this process's own.
+///
+/// A reduction policy combines the fp32 master gradients of several processes after the last
+/// micro-batch and before the inf/NaN check, clipping and the update (a data-parallel all-reduce).
+/// It has a member function for the space of the model's parameters:
+///   host models:  void reduce(std::span<float> master_gradients);
+///   CUDA models:  void reduce(hone::device_span<float> master_gradients, cudaStream_t stream);
+/// (stream-ordered on the trainer's stream). The gradients are one flat arena in the layout's
+/// order, so a policy reduces slices of it in place, with no fusion copy. After it, the trainer
+/// recomputes the norm and the inf/NaN check from the reduced gradients.
+struct local_gradients {
+  using role = roles::gradient_reduction;
+};
+
+/// The phases of one step, as a step observer sees them.
+enum class step_phase : std::uint8_t {
+  checkpoint,        ///< the checkpoint role's before_step / after_step (a save's stall)
+  forward_backward,  ///< the model's forward_backward of one micro-batch
+  unscale,           ///< unscaling and accumulating one micro-batch's gradients (+ norm, inf)
+  reduce,            ///< the gradient reduction role (with the norm recomputed after it)
+  check,             ///< the scaler's decision and the clipping coefficient
+  optimizer,         ///< the update and the cast back into the working weights
+};
+
+/// The name of a phase ("forward_backward", ...).
+constexpr const char* to_string(step_phase p) noexcept {
+  switch (p) {
+    case step_phase::checkpoint:
+      return "checkpoint";
+    case step_phase::forward_backward:
+      return "forward_backward";
+    case step_phase::unscale:
+      return "unscale";
+    case step_phase::reduce:
+      return "reduce";
+    case step_phase::check:
+      return "check";
+    case step_phase::optimizer:
+      return "optimizer";
+  }
+  return "unknown";
+}
+
+/// Role step observer, the default: nobody is told, and the calls compile to nothing.
+///
+/// An observer policy has `void phase_begin(hone::step_phase)` and
+/// `void phase_end(hone::step_phase)`; the trainer calls them around each phase of each step, in
+/// order, on the thread that calls step() (phase_end also when the phase throws). With a CUDA
+/// model the phases are host-side: the device work of a phase is enqueued, not finished, when
+/// phase_end is called (except `check`, which waits for the step's one copy back).
+struct no_step_observer {
+  using role = roles::step_observer;
+};
+
+HONE_NAMESPACE_END
