@@ -10,10 +10,12 @@
 // 16-bit T the trainer keeps fp32 master weights and casts them back into these arenas after
 // each update.
 //
-// Compute is float: each micro-batch converts the working weights to float once, runs forward and
-// backward in float (matrix products as cache-friendly loops below, element-wise steps with
-// xtensor over xt::adapt views of the same buffers), and rounds the scaled gradients to T at the
-// end. With fp16 a scaled gradient beyond 65504 becomes inf, which the trainer detects and skips.
+// Compute is float: each micro-batch converts the working weights to a float arena once (for
+// T = float the arena itself is used), runs forward and backward in float (matrix products as
+// cache-friendly loops below, element-wise steps with xtensor over hone::xtensor::adapt views of
+// the same memory: arena slots and scratch buffers, no copy), and rounds the scaled gradients to T
+// at the end. With fp16 a scaled gradient beyond 65504 becomes inf, which the trainer detects and
+// skips.
 #pragma once
 
 #include <algorithm>
@@ -24,11 +26,11 @@
 #include <hone/core/arena.hpp>
 #include <hone/core/config.hpp>
 #include <hone/core/model.hpp>
+#include <hone/xtensor/adapt.hpp>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
-#include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xoperation.hpp>
 #include <xtensor/xreducer.hpp>
@@ -90,16 +92,6 @@ inline void matmul_a_bt(const float* HONE_RESTRICT d, const float* HONE_RESTRICT
     }
   }
 }
-
-/// A rows x cols xtensor view of `data` (no copy).
-template <class P>
-auto matrix(P* data, std::size_t rows, std::size_t cols) {
-  return xt::adapt(data, rows * cols, xt::no_ownership(), std::array<std::size_t, 2>{rows, cols});
-}
-template <class P>
-auto view1d(P* data, std::size_t size) {
-  return xt::adapt(data, size, xt::no_ownership(), std::array<std::size_t, 1>{size});
-}
 }  // namespace kernels
 
 template <class T>
@@ -120,8 +112,8 @@ class mlp {
       for (std::size_t i = 0; i < w.size(); ++i) w[i] = T(init[l][i]);
     }
     if constexpr (!std::is_same_v<T, float>) {
-      weights_f32_.assign(layout_.total(), 0.0f);
-      grads_f32_.assign(layout_.total(), 0.0f);
+      weights_f32_ = hone::arena<float>(mlp_layout(sizes_, sizeof(float)));
+      grads_f32_ = hone::arena<float>(mlp_layout(sizes_, sizeof(float)));
     }
   }
 
@@ -149,27 +141,27 @@ class mlp {
   float forward_backward(const batch& b, float loss_scale) {
     const std::size_t n = b.count();
     const std::size_t k = sizes_[layers];
-    const float* w = float_weights();
-    float* g = float_grads();
+    const hone::arena<float>& w = float_weights();
+    hone::arena<float>& g = float_grads();
     const double loss = forward(w, b, n);
 
     // d(loss * scale)/d(logits) = (softmax - onehot) * scale / n
-    auto d = kernels::matrix(delta_[layers - 1].data(), n, k);
+    auto d = matrix(delta_[layers - 1], n, k);
     const float s = loss_scale / static_cast<float>(n);
-    d = kernels::matrix(probs_.data(), n, k) * s;
+    d = matrix(probs_, n, k) * s;
     for (std::size_t i = 0; i < n; ++i) d(i, static_cast<std::size_t>(b.y[i])) -= s;
 
     for (std::size_t l = layers; l-- > 0;) {
       const std::size_t in = sizes_[l], out = sizes_[l + 1];
       const float* input = l == 0 ? b.x.data() : post_[l - 1].data();
-      auto dl = kernels::matrix(delta_[l].data(), n, out);
-      kernels::matmul_at_b(input, delta_[l].data(), g + offset(2 * l), n, in, out);
-      kernels::view1d(g + offset(2 * l + 1), out) = xt::sum(dl, {0});
+      auto dl = matrix(delta_[l], n, out);
+      kernels::matmul_at_b(input, delta_[l].data(), g.view(2 * l).data(), n, in, out);
+      hone::xtensor::adapt(g, 2 * l + 1) = xt::sum(dl, {0});  // the bias gradient's arena slot
       if (l > 0) {
-        kernels::matmul_a_bt(delta_[l].data(), w + offset(2 * l), delta_[l - 1].data(),
+        kernels::matmul_a_bt(delta_[l].data(), w.view(2 * l).data(), delta_[l - 1].data(),
                              transposed_.data(), n, in, out);
-        auto z = kernels::matrix(pre_[l - 1].data(), n, in);
-        auto dprev = kernels::matrix(delta_[l - 1].data(), n, in);
+        auto z = matrix(pre_[l - 1], n, in);
+        auto dprev = matrix(delta_[l - 1], n, in);
         dprev = xt::where(z > 0.0f, dprev, 0.0f);  // ReLU'
       }
     }
@@ -179,7 +171,7 @@ class mlp {
 
   /// Loss and accuracy on a whole split (forward only, in chunks).
   evaluation evaluate(const split& data, std::size_t features) {
-    const float* w = float_weights();
+    const hone::arena<float>& w = float_weights();
     const std::size_t k = sizes_[layers];
     constexpr std::size_t chunk = 512;
     double loss_sum = 0.0;
@@ -189,7 +181,7 @@ class mlp {
       const batch b{std::span<const float>(data.x).subspan(start * features, n * features),
                     std::span<const std::int32_t>(data.y).subspan(start, n)};
       loss_sum += forward(w, b, n) * static_cast<double>(n);
-      const auto logits = kernels::matrix(pre_[layers - 1].data(), n, k);
+      const auto logits = matrix(pre_[layers - 1], n, k);
       for (std::size_t i = 0; i < n; ++i) {
         std::size_t best = 0;
         for (std::size_t c = 1; c < k; ++c) best = logits(i, c) > logits(i, best) ? c : best;
@@ -203,51 +195,57 @@ class mlp {
   [[nodiscard]] const hone::arena_layout& layout() const noexcept { return layout_; }
 
  private:
-  [[nodiscard]] std::size_t offset(std::size_t slot) const { return layout_[slot].offset; }
+  // A rows x cols xtensor view of the first rows * cols floats of a scratch buffer (no copy).
+  static auto matrix(std::vector<float>& v, std::size_t rows, std::size_t cols) {
+    return hone::xtensor::adapt(std::span<float>(v).first(rows * cols), {rows, cols});
+  }
 
-  // The working weights as float: the arena itself for T = float, else converted once.
-  const float* float_weights() {
+  // The working weights as a float arena: the arena itself for T = float, else converted once.
+  const hone::arena<float>& float_weights() {
     if constexpr (std::is_same_v<T, float>) {
-      return values_.all().data();
+      return values_;
     } else {
-      const auto v = values_.all();
-      for (std::size_t i = 0; i < v.size(); ++i) weights_f32_[i] = static_cast<float>(v[i]);
-      return weights_f32_.data();
+      for (std::size_t slot = 0; slot < layout_.size(); ++slot) {
+        const auto from = values_.view(slot);
+        const auto to = weights_f32_.view(slot);
+        for (std::size_t i = 0; i < from.size(); ++i) to[i] = static_cast<float>(from[i]);
+      }
+      return weights_f32_;
     }
   }
-  float* float_grads() {
+  hone::arena<float>& float_grads() {
     if constexpr (std::is_same_v<T, float>) {
-      return grads_.all().data();
+      return grads_;
     } else {
-      return grads_f32_.data();
+      return grads_f32_;
     }
   }
   // Rounds the float gradients into the working gradient arena (nothing to do for float).
   void store_grads() {
     if constexpr (!std::is_same_v<T, float>) {
-      const auto g = grads_.all();
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<T>(grads_f32_[i]);
+      for (std::size_t slot = 0; slot < layout_.size(); ++slot) {
+        const auto from = grads_f32_.view(slot);
+        const auto to = grads_.view(slot);
+        for (std::size_t i = 0; i < from.size(); ++i) to[i] = static_cast<T>(from[i]);
+      }
     }
   }
 
   // Forward pass over n samples; leaves pre-activations, ReLU outputs, logits (pre_[2]) and
   // softmax probabilities in the scratch buffers. Returns the mean cross-entropy.
-  double forward(const float* w, const batch& b, std::size_t n) {
+  double forward(const hone::arena<float>& w, const batch& b, std::size_t n) {
     reserve(n);
     for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t in = sizes_[l], out = sizes_[l + 1];
       const float* input = l == 0 ? b.x.data() : post_[l - 1].data();
-      kernels::linear_forward(input, w + offset(2 * l), w + offset(2 * l + 1), pre_[l].data(), n,
-                              in, out);
-      if (l + 1 < layers) {
-        kernels::matrix(post_[l].data(), n, out) =
-            xt::maximum(kernels::matrix(pre_[l].data(), n, out), 0.0f);
-      }
+      kernels::linear_forward(input, w.view(2 * l).data(), w.view(2 * l + 1).data(), pre_[l].data(),
+                              n, in, out);
+      if (l + 1 < layers) matrix(post_[l], n, out) = xt::maximum(matrix(pre_[l], n, out), 0.0f);
     }
     // Softmax and cross-entropy, stable: loss_i = max_i + log(sum_j exp(z_ij - max_i)) - z_i,y_i.
     const std::size_t k = sizes_[layers];
-    const auto z = kernels::matrix(pre_[layers - 1].data(), n, k);
-    auto p = kernels::matrix(probs_.data(), n, k);
+    const auto z = matrix(pre_[layers - 1], n, k);
+    auto p = matrix(probs_, n, k);
     const auto zmax = xt::eval(xt::amax(z, {1}, xt::keep_dims));
     p = xt::exp(z - zmax);
     const auto sum = xt::eval(xt::sum(p, {1}, xt::keep_dims));
@@ -276,7 +274,7 @@ class mlp {
   layer_sizes sizes_;
   hone::arena_layout layout_;
   hone::arena<T> values_, grads_;
-  std::vector<float> weights_f32_, grads_f32_;  // float copies (16-bit T only)
+  hone::arena<float> weights_f32_, grads_f32_;  // float copies (16-bit T only)
   // Scratch, per layer: pre-activations, ReLU outputs (hidden layers), gradients w.r.t. the
   // pre-activations; softmax probabilities; a transposed weight matrix.
   std::array<std::vector<float>, layers> pre_, post_, delta_;
