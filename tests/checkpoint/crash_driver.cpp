@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <hone/checkpoint/directory.hpp>
+#include <hone/io/directory.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 pid_t spawn(const std::string& helper, const fs::path& root, bool async, bool once,
@@ -42,7 +44,7 @@ pid_t spawn(const std::string& helper, const fs::path& root, bool async, bool on
 std::size_t count_leftovers(const fs::path& root) {
   std::size_t n = 0;
   for (const auto& e : fs::directory_iterator(root)) {
-    if (e.path().filename().string().starts_with(ck::temp_prefix)) ++n;
+    if (e.path().filename().string().starts_with(io::temp_prefix)) ++n;
   }
   return n;
 }

@@ -20,6 +20,7 @@
 namespace {
 
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 [[noreturn]] void bug() {
   __builtin_trap();
@@ -71,7 +72,7 @@ void attempt(F&& f) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  attempt([&] { (void)ck::json::parse(text, "input"); });
+  attempt([&] { (void)io::json::parse(text, "input"); });
   attempt([&] { (void)hone_test::read_fully(hone_test::input_kind::safetensors, in); });
   attempt([&] { safetensors_round_trip(in); });
   attempt([&] { (void)hone_test::read_fully(hone_test::input_kind::compressed, in); });

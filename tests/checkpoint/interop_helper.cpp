@@ -25,6 +25,7 @@
 namespace {
 
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 namespace fs = std::filesystem;
 
 // The shared formulas (interop.py: expected()).
@@ -87,7 +88,7 @@ struct numpy_set {
     w.add("u32", {6}, u32);
     w.add("u16", {6}, u16);
     w.add("u8", {6}, u8);
-    w.add("bool", ck::dtype::boolean, {7}, std::as_bytes(std::span(boolean)));
+    w.add("bool", io::dtype::boolean, {7}, std::as_bytes(std::span(boolean)));
     w.add("scalar", {}, scalar);
     w.add("empty", {0, 4}, empty);
     w.set_metadata("framework", "hone");
@@ -111,7 +112,7 @@ void check_tensor(const ck::tensor_file& f, const std::string& name, const std::
     expect(false, f.context() + ": no tensor " + name);
     return;
   }
-  expect(t->type == ck::dtype_of<T>, name + ": dtype " + std::string(ck::dtype_name(t->type)));
+  expect(t->type == io::dtype_of<T>, name + ": dtype " + std::string(io::dtype_name(t->type)));
   expect(t->shape == shape, name + ": shape " + ck::shape_string(t->shape));
   std::vector<std::byte> got(static_cast<std::size_t>(t->size_bytes()));
   f.read(*t, got);
@@ -134,7 +135,7 @@ void check_numpy_file(const ck::tensor_file& f) {
   check_tensor(f, "u16", s.u16, {6});
   check_tensor(f, "u8", s.u8, {6});
   const ck::tensor_info& b = f.at("bool");
-  expect(b.type == ck::dtype::boolean && b.shape == ck::shape_type{7}, "bool: dtype/shape");
+  expect(b.type == io::dtype::boolean && b.shape == ck::shape_type{7}, "bool: dtype/shape");
   std::vector<std::uint8_t> got(7);
   f.read(b, std::as_writable_bytes(std::span(got)));
   expect(got == s.boolean, "bool: values differ");
@@ -155,7 +156,7 @@ int run(int argc, char** argv) {
     (void)w.write(dir / "hone_numpy.safetensors");
     const std::vector<float> wts = weights(1000);
     ck::tensor_writer b;
-    b.add("w", {10, 100}, wts, ck::dtype::bf16);
+    b.add("w", {10, 100}, wts, io::dtype::bf16);
     b.add("w_f32", {10, 100}, wts);
     (void)b.write(dir / "hone_bf16.safetensors");
     // Compressed, then converted back: what `hone-ckpt` will give Python.
@@ -168,7 +169,7 @@ int run(int argc, char** argv) {
     check_numpy_file(ck::tensor_file::open(dir / "py_numpy.safetensors"));
     const auto bf = ck::tensor_file::open(dir / "py_bf16.safetensors");
     const ck::tensor_info& t = bf.at("w");
-    expect(t.type == ck::dtype::bf16 && t.shape == ck::shape_type{10, 100}, "py bf16: dtype/shape");
+    expect(t.type == io::dtype::bf16 && t.shape == ck::shape_type{10, 100}, "py bf16: dtype/shape");
     const std::vector<float> wts = weights(1000);
     const std::vector<float> got = bf.read_as<float>("w");  // BF16 -> F32 conversion on read
     for (std::size_t i = 0; i < wts.size(); ++i) {

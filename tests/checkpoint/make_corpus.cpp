@@ -24,6 +24,7 @@
 namespace {
 
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 namespace fs = std::filesystem;
 using bytes = std::vector<std::byte>;
 using hone_test::input_kind;
@@ -75,7 +76,7 @@ bytes join_hct(const hct_parts& p) {
   bytes trailer(32);
   put_u64(trailer, 0, p.head.size());
   put_u64(trailer, 8, idx.size());
-  put_u64(trailer, 16, ck::hash64(idx));
+  put_u64(trailer, 16, io::hash64(idx));
   std::memcpy(trailer.data() + 24, ck::compressed_end_magic.data(), 8);
   f.insert(f.end(), trailer.begin(), trailer.end());
   return f;
@@ -176,8 +177,8 @@ int main(int argc, char** argv) {
   valid_v1[8] = std::byte{1};
   g.good("valid-v1.hct", valid_v1);
   ck::manifest m;
-  m.add("model.safetensors", ck::file_digest{valid_st.size(), ck::hash128(valid_st)});
-  m.add("state.json", ck::file_digest{12, ck::hash128(to_bytes("hello"))});
+  m.add("model.safetensors", io::file_digest{valid_st.size(), io::hash128(valid_st)});
+  m.add("state.json", io::file_digest{12, io::hash128(to_bytes("hello"))});
   const std::string valid_manifest = m.to_string();
   g.good("valid.manifest", to_bytes(valid_manifest));
   ck::training_state s;
@@ -418,7 +419,7 @@ int main(int argc, char** argv) {
   const std::string line1 = valid_manifest.substr(0, valid_manifest.find('\n') + 1);
   const std::string body = valid_manifest.substr(0, valid_manifest.find("end "));
   const auto resign = [](const std::string& without_end) {
-    return without_end + "end " + ck::hash128(to_bytes(without_end)).hex() + "\n";
+    return without_end + "end " + io::hash128(to_bytes(without_end)).hex() + "\n";
   };
   g.bad("manifest-empty.manifest", {});
   g.bad("manifest-header-only.manifest", to_bytes(line1));

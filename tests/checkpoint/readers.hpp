@@ -15,14 +15,15 @@
 #include <vector>
 
 #include <hone/checkpoint/compress.hpp>
-#include <hone/checkpoint/hash.hpp>
 #include <hone/checkpoint/manifest.hpp>
 #include <hone/checkpoint/safetensors.hpp>
 #include <hone/checkpoint/state.hpp>
+#include <hone/io/hash.hpp>
 
 namespace hone_test {
 
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 enum class input_kind { safetensors, compressed, manifest, state };
 
@@ -47,7 +48,7 @@ inline std::uint64_t read_fully(input_kind kind, std::span<const std::byte> byte
   switch (kind) {
     case input_kind::safetensors: {
       const auto f = ck::safetensors_file::view(bytes, "input.safetensors");
-      for (const auto& t : f.tensors()) acc ^= ck::hash64(f.data(t)) + t.shape.size();
+      for (const auto& t : f.tensors()) acc ^= io::hash64(f.data(t)) + t.shape.size();
       acc += f.metadata().size();
       break;
     }

@@ -52,6 +52,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 struct gpu_fixture {
@@ -147,8 +148,8 @@ struct device_tensors {
   std::size_t record(ck::device_snapshot& d) {
     d.add_arena(ck::files::optimizer, "exp_avg.", moments);  // one copy for three slots
     d.add(ck::files::weights, "half", {half_precision.size()}, half_precision.view(),
-          ck::dtype::f32);                                                             // widened
-    d.add(ck::files::weights, "exported", {5, 10}, exported.view(), ck::dtype::bf16);  // narrowed
+          io::dtype::f32);                                                             // widened
+    d.add(ck::files::weights, "exported", {5, 10}, exported.view(), io::dtype::bf16);  // narrowed
     d.add(ck::files::weights, "ids", {ids.size()}, ids.view());                        // as is
     d.add(ck::files::weights, "empty", {0}, empty.view());                             // no copy
     return 4;
@@ -181,9 +182,9 @@ struct device_tensors {
     BOOST_TEST(file_bytes(w, "empty").empty());
     const ck::tensor_file f = ck::tensor_file::open(w);
     BOOST_TEST((f.at("exported").shape == ck::shape_type{5, 10}));
-    BOOST_TEST((f.at("exported").type == ck::dtype::bf16));
-    BOOST_TEST((f.at("half").type == ck::dtype::f32));
-    BOOST_TEST((f.at("ids").type == ck::dtype::i64));
+    BOOST_TEST((f.at("exported").type == io::dtype::bf16));
+    BOOST_TEST((f.at("half").type == io::dtype::f32));
+    BOOST_TEST((f.at("ids").type == io::dtype::i64));
   }
 };
 
@@ -418,10 +419,10 @@ BOOST_AUTO_TEST_CASE(bad_records_are_refused_before_copying) {
   hone::buffer<std::uint8_t, hone::cuda_space> u(8);
   BOOST_CHECK_THROW(d.add(ck::files::weights, "x", {3, 3}, x.view()), hone::config_error);
   BOOST_CHECK_THROW(d.add(ck::files::state, "x", {8}, x.view()), hone::config_error);
-  BOOST_CHECK_THROW(d.add(ck::files::weights, "u", {8}, u.view(), ck::dtype::f32),
+  BOOST_CHECK_THROW(d.add(ck::files::weights, "u", {8}, u.view(), io::dtype::f32),
                     hone::config_error);
   BOOST_CHECK_THROW(
-      d.add_bytes(ck::files::weights, "n", ck::dtype::f32, ck::dtype::f32, {2}, nullptr, 8),
+      d.add_bytes(ck::files::weights, "n", io::dtype::f32, io::dtype::f32, {2}, nullptr, 8),
       hone::config_error);
   BOOST_TEST(d.pending() == 0u);
   d.finish();

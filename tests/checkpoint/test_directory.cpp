@@ -14,6 +14,7 @@
 #include <hone/checkpoint/directory.hpp>
 #include <hone/checkpoint/retention.hpp>
 #include <hone/checkpoint/writer.hpp>
+#include <hone/io/file_io.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 using temp_root = hone_test::temp_dir;
@@ -227,7 +229,7 @@ BOOST_AUTO_TEST_CASE(background_errors_surface_at_the_next_call) {
   ck::checkpoint_writer w({.root = r.path, .async = true});
   // A full disk while writing state.json of step 2.
   ck::write_fault_hook() = [](const fs::path& p) {
-    if (p.filename() == ck::files::state) hone::checkpoint::throw_io_error("write", p, ENOSPC);
+    if (p.filename() == ck::files::state) io::throw_io_error("write", p, ENOSPC);
   };
   BOOST_TEST(w.save(2, [&](ck::snapshot& s) { fill(s, 2); }));
   // Training continues; the next check() (every step) throws, naming the path and the cause.
@@ -250,9 +252,7 @@ BOOST_AUTO_TEST_CASE(background_errors_surface_at_the_next_call) {
   BOOST_TEST(ck::newest_valid(r.path)->step == 1u);
   // A permission error (EACCES: root ignores modes, so it is injected) on the next save is
   // thrown by save() itself in the sync writer.
-  ck::write_fault_hook() = [](const fs::path& p) {
-    hone::checkpoint::throw_io_error("create", p, EACCES);
-  };
+  ck::write_fault_hook() = [](const fs::path& p) { io::throw_io_error("create", p, EACCES); };
   ck::checkpoint_writer sw({.root = r.path});
   BOOST_CHECK_THROW(sw.save(3, [&](ck::snapshot& s) { fill(s, 3); }), hone::io_error);
   ck::write_fault_hook() = nullptr;

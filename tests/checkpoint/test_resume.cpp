@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 struct batch {
@@ -166,7 +167,7 @@ void check_resume(Precision p, bool async, std::uint64_t n, std::uint64_t extra)
   // The saved tensors carry the model's shapes.
   const auto f = ck::tensor_file::open(c->path / ck::files::weights);
   BOOST_TEST((f.at("fc1.weight").shape == ck::shape_type{5, 6}));
-  BOOST_TEST((f.at("fc1.weight").type == ck::dtype::f32));
+  BOOST_TEST((f.at("fc1.weight").type == io::dtype::f32));
   const auto o = ck::tensor_file::open(c->path / ck::files::optimizer);
   BOOST_TEST((o.at("exp_avg_sq.fc2.weight").shape == ck::shape_type{1, 5}));
   fs::remove_all(root);
@@ -209,7 +210,7 @@ BOOST_AUTO_TEST_CASE(weights_only_export) {
   BOOST_REQUIRE(c.has_value());
   BOOST_TEST(!fs::exists(c->path / ck::files::optimizer));
   const auto f = ck::tensor_file::open(c->path / ck::files::weights);
-  BOOST_TEST((f.at("fc1.bias").type == ck::dtype::bf16));
+  BOOST_TEST((f.at("fc1.bias").type == io::dtype::bf16));
   // The exported bf16 weights are the model's working weights exactly.
   const auto v = f.read_as<hone::bfloat16>("fc1.weight");
   BOOST_TEST(std::memcmp(v.data(), m.w1.data(), v.size() * 2) == 0);

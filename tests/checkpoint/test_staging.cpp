@@ -21,6 +21,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 using temp_root = hone_test::temp_dir;
@@ -68,11 +69,11 @@ BOOST_AUTO_TEST_CASE(add_uninitialized_reserve_and_spare) {
   const std::size_t capacity = s.capacity();
   BOOST_TEST(capacity >= 64u + 64u + 64u + 100u);
   const std::span<std::byte> b =
-      s.add_uninitialized(ck::files::weights, "b", ck::dtype::f32, {2, 5}, 40);
+      s.add_uninitialized(ck::files::weights, "b", io::dtype::f32, {2, 5}, 40);
   BOOST_TEST(static_cast<const void*>(b.data()) == static_cast<const void*>(base + 64));
   BOOST_TEST(b.size() == 40u);
   const std::span<std::byte> c =
-      s.add_uninitialized(ck::files::optimizer, "c", ck::dtype::i64, {1}, 8);
+      s.add_uninitialized(ck::files::optimizer, "c", io::dtype::i64, {1}, 8);
   BOOST_TEST(static_cast<const void*>(c.data()) == static_cast<const void*>(base + 128));
   BOOST_TEST(s.staging_data() == base);  // reserved: not moved
   BOOST_TEST(s.capacity() == capacity);
@@ -100,14 +101,14 @@ BOOST_AUTO_TEST_CASE(add_uninitialized_reserve_and_spare) {
 
 BOOST_AUTO_TEST_CASE(add_uninitialized_refuses_bad_shapes_and_names) {
   ck::snapshot s;
-  BOOST_CHECK_THROW((void)s.add_uninitialized(ck::files::weights, "x", ck::dtype::f32, {3}, 8),
+  BOOST_CHECK_THROW((void)s.add_uninitialized(ck::files::weights, "x", io::dtype::f32, {3}, 8),
                     hone::config_error);
   BOOST_CHECK_THROW(
-      (void)s.add_uninitialized(ck::files::weights, "x", ck::dtype::f32, {1ull << 62, 8}, 8),
+      (void)s.add_uninitialized(ck::files::weights, "x", io::dtype::f32, {1ull << 62, 8}, 8),
       hone::config_error);
-  BOOST_CHECK_THROW((void)s.add_uninitialized(ck::files::state, "x", ck::dtype::f32, {2}, 8),
+  BOOST_CHECK_THROW((void)s.add_uninitialized(ck::files::state, "x", io::dtype::f32, {2}, 8),
                     hone::config_error);
-  BOOST_CHECK_THROW((void)s.add_uninitialized("../x.safetensors", "x", ck::dtype::f32, {2}, 8),
+  BOOST_CHECK_THROW((void)s.add_uninitialized("../x.safetensors", "x", io::dtype::f32, {2}, 8),
                     hone::config_error);
   BOOST_TEST(s.bytes() == 0u);
 }
@@ -163,7 +164,7 @@ BOOST_AUTO_TEST_CASE(set_allocator_keeps_the_contents_and_the_writer_keeps_the_b
       s.set_allocator(counting::allocator());
       s.reserve(ck::snapshot::aligned(v.size() * 4));
       const std::span<std::byte> dst =
-          s.add_uninitialized(ck::files::weights, "v", ck::dtype::f32, {v.size()}, v.size() * 4);
+          s.add_uninitialized(ck::files::weights, "v", io::dtype::f32, {v.size()}, v.size() * 4);
       std::memcpy(dst.data(), v.data(), dst.size());
       s.state.step = step;
     }));

@@ -15,8 +15,8 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <hone/checkpoint/hash.hpp>
 #include <hone/checkpoint/manifest.hpp>
+#include <hone/io/hash.hpp>
 #include <hone/rl/replay_buffer.hpp>
 #include <hone/rl/replay_io.hpp>
 #include <random>
@@ -93,10 +93,10 @@ std::string fingerprint(Buffer& b) {
        std::to_string(st.max_priority) + "/";
   for (auto w : st.rng) s += std::to_string(w) + ",";
   b.for_each_column([&](std::string_view, std::span<std::byte> bytes) {
-    s += hone::checkpoint::hex64(hone::checkpoint::hash64(bytes)) + ";";
+    s += hone::io::hex64(hone::io::hash64(bytes)) + ";";
   });
   if constexpr (Buffer::is_prioritized) {
-    s += hone::checkpoint::hex64(hone::checkpoint::hash64(std::as_bytes(b.priorities())));
+    s += hone::io::hex64(hone::io::hash64(std::as_bytes(b.priorities())));
   }
   return s;
 }
@@ -105,7 +105,7 @@ std::string fingerprint(Buffer& b) {
 // for the semantic checks).
 void rehash(const fs::path& dir, const std::string& name) {
   auto m = hone::checkpoint::manifest::read(dir / "MANIFEST");
-  m.add(name, hone::checkpoint::hash_file(dir / name));
+  m.add(name, hone::io::hash_file(dir / name));
   m.write(dir / "MANIFEST");
 }
 

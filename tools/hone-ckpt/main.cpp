@@ -14,11 +14,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <hone/checkpoint/directory.hpp>
-#include <hone/checkpoint/dtype.hpp>
 #include <hone/checkpoint/state.hpp>
 #include <hone/checkpoint/tensor_file.hpp>
 #include <hone/checkpoint/verify.hpp>
 #include <hone/core/error.hpp>
+#include <hone/io/dtype.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +26,7 @@
 
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
+namespace io = hone::io;
 
 namespace {
 
@@ -102,7 +103,7 @@ int cmd_info(const fs::path& arg) {
                  human_bytes(c->stored_bytes(t)) + " stored)";
       }
       std::printf("  %-40s %-5s %-18s %s%s\n", t.name.c_str(),
-                  std::string(ck::dtype_name(t.type)).c_str(), ck::shape_string(t.shape).c_str(),
+                  std::string(io::dtype_name(t.type)).c_str(), ck::shape_string(t.shape).c_str(),
                   human_bytes(t.size_bytes()).c_str(), stored.c_str());
     }
   }
@@ -143,8 +144,8 @@ int cmd_verify(const fs::path& arg) {
   return 0;
 }
 
-bool is_float(ck::dtype t) {
-  return t == ck::dtype::f16 || t == ck::dtype::bf16 || t == ck::dtype::f32 || t == ck::dtype::f64;
+bool is_float(io::dtype t) {
+  return t == io::dtype::f16 || t == io::dtype::bf16 || t == io::dtype::f32 || t == io::dtype::f64;
 }
 
 int cmd_convert(const fs::path& arg, std::string_view to, const fs::path& out) {
@@ -162,9 +163,9 @@ int cmd_convert(const fs::path& arg, std::string_view to, const fs::path& out) {
     std::sort(order.begin(), order.end(),
               [](const ck::tensor_info& a, const ck::tensor_info& b) { return a.begin < b.begin; });
     for (const auto& t : order) {
-      const ck::dtype stored = bf16 && is_float(t.type) ? ck::dtype::bf16 : t.type;
+      const io::dtype stored = bf16 && is_float(t.type) ? io::dtype::bf16 : t.type;
       auto& bytes =
-          data.emplace_back(static_cast<std::size_t>(t.elements() * ck::dtype_size(stored)));
+          data.emplace_back(static_cast<std::size_t>(t.elements() * io::dtype_size(stored)));
       f.read(t, bytes, stored);
       w.add(t.name, stored, t.shape, bytes);
     }
@@ -173,8 +174,8 @@ int cmd_convert(const fs::path& arg, std::string_view to, const fs::path& out) {
   }
   if (fs::exists(dir / ck::files::state)) {
     pc.add(std::string(ck::files::state),
-           ck::write_file(pc.file(ck::files::state),
-                          ck::read_small_file(dir / ck::files::state, ck::max_state_bytes)));
+           io::write_file(pc.file(ck::files::state),
+                          io::read_small_file(dir / ck::files::state, ck::max_state_bytes)));
   }
   pc.commit();
   std::printf("wrote %s (%s)\n", out.string().c_str(),

@@ -13,7 +13,6 @@
 // files verify, falling back to older ones when the latest is damaged.
 #pragma once
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,19 +28,22 @@
 #include <utility>
 #include <vector>
 
-#include "hone/checkpoint/file_io.hpp"
 #include "hone/checkpoint/manifest.hpp"
 #include "hone/checkpoint/verify.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/directory.hpp"
+#include "hone/io/file_io.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
 
 /// Committed checkpoint directories are named step_prefix + the step, zero-padded to 9 digits.
 inline constexpr std::string_view step_prefix = "step-";
-/// Temporary directories (being written, or left by a crash) start with this prefix.
-inline constexpr std::string_view temp_prefix = ".tmp-";
+/// Temporary directories (being written, or left by a crash) start with this prefix (io's).
+using io::temp_prefix;
+/// Creates a directory and its parents when missing (io's, re-exported).
+using io::ensure_directory;
 
 /// "step-000000123" for step 123 (more digits above 999,999,999).
 [[nodiscard]] inline std::string step_dir_name(std::uint64_t step) {
@@ -80,34 +82,7 @@ namespace detail {
 inline void fault_point(const std::filesystem::path& p) {
   if (auto& h = write_fault_hook()) h(p);
 }
-inline bool process_alive(long pid) {
-  if (pid <= 0) return false;
-  if (pid == static_cast<long>(::getpid())) return true;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-/// The pid at the end of a temporary name (".tmp-...-4242"), or -1.
-inline long temp_owner(std::string_view name) {
-  const auto dash = name.rfind('-');
-  if (dash == std::string_view::npos) return -1;
-  long pid = -1;
-  const auto [end, ec] = std::from_chars(name.data() + dash + 1, name.data() + name.size(), pid);
-  if (ec != std::errc{} || end != name.data() + name.size()) return -1;
-  return pid;
-}
-inline void remove_tree(const std::filesystem::path& p) {
-  std::error_code ec;
-  std::filesystem::remove_all(p, ec);
-  if (ec) throw_io_error("remove", p, ec.value());
-}
 }  // namespace detail
-
-/// Creates `root` (and its parents) when missing; io_error when it cannot.
-inline void ensure_directory(const std::filesystem::path& root) {
-  std::error_code ec;
-  std::filesystem::create_directories(root, ec);
-  if (ec) throw_io_error("create the directory", root, ec.value());
-  if (!std::filesystem::is_directory(root)) throw_io_error("use the directory", root, ENOTDIR);
-}
 
 /// The committed checkpoints under `root` (directories named step-N), oldest first. Does not
 /// verify them. An empty list when `root` does not exist.
@@ -138,16 +113,14 @@ inline std::vector<std::filesystem::path> clean_leftovers(const std::filesystem:
   std::vector<std::filesystem::path> victims;
   for (const auto& e : std::filesystem::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
-    if (!name.starts_with(temp_prefix)) continue;
-    const long pid = detail::temp_owner(name);
-    if (pid > 0 && pid != static_cast<long>(::getpid()) && detail::process_alive(pid)) continue;
+    if (!name.starts_with(io::temp_prefix) || io::temp_owner_alive(name)) continue;
     victims.push_back(e.path());
   }
   for (const auto& v : victims) {
-    detail::remove_tree(v);
+    io::remove_tree(v);
     removed.push_back(v);
   }
-  if (!removed.empty()) sync_directory(root);
+  if (!removed.empty()) io::sync_directory(root);
   return removed;
 }
 
@@ -183,13 +156,11 @@ class pending_checkpoint {
   explicit pending_checkpoint(std::filesystem::path final_path) : final_(std::move(final_path)) {
     require(!final_.filename().empty(),
             "hone::checkpoint::pending_checkpoint: the path must name a directory");
-    const std::filesystem::path parent = final_.parent_path().empty() ? "." : final_.parent_path();
-    temp_ = parent / (std::string(temp_prefix) + final_.filename().string() + "-" +
-                      std::to_string(static_cast<long>(::getpid())));
-    if (std::filesystem::exists(temp_)) detail::remove_tree(temp_);
+    temp_ = io::temp_sibling(final_);
+    if (std::filesystem::exists(temp_)) io::remove_tree(temp_);
     std::error_code ec;
     std::filesystem::create_directory(temp_, ec);
-    if (ec) throw_io_error("create the directory", temp_, ec.value());
+    if (ec) io::throw_io_error("create the directory", temp_, ec.value());
   }
   pending_checkpoint(const pending_checkpoint&) = delete;
   pending_checkpoint& operator=(const pending_checkpoint&) = delete;
@@ -214,7 +185,7 @@ class pending_checkpoint {
     return p;
   }
   /// Records a file written (fsynced) into temp_path() for the MANIFEST.
-  void add(std::string name, const file_digest& d) { manifest_.add(std::move(name), d); }
+  void add(std::string name, const io::file_digest& d) { manifest_.add(std::move(name), d); }
   [[nodiscard]] const manifest& files() const noexcept { return manifest_; }
 
   /// Writes the MANIFEST, fsyncs, renames into place, fsyncs the parent. An existing checkpoint
@@ -223,18 +194,17 @@ class pending_checkpoint {
     require(!done_, "hone::checkpoint::pending_checkpoint::commit: already committed or aborted");
     const std::filesystem::path parent = temp_.parent_path();
     manifest_.write(file(files::manifest));
-    sync_directory(temp_);
+    io::sync_directory(temp_);
     std::filesystem::path old;
     if (std::filesystem::exists(final_)) {
-      old = parent / (std::string(temp_prefix) + "old-" + final_.filename().string() + "-" +
-                      std::to_string(static_cast<long>(::getpid())));
-      if (std::filesystem::exists(old)) detail::remove_tree(old);
-      rename_path(final_, old);
+      old = io::temp_sibling(final_, "old-");
+      if (std::filesystem::exists(old)) io::remove_tree(old);
+      io::rename_path(final_, old);
     }
-    rename_path(temp_, final_);
+    io::rename_path(temp_, final_);
     done_ = true;
-    sync_directory(parent);
-    if (!old.empty()) detail::remove_tree(old);
+    io::sync_directory(parent);
+    if (!old.empty()) io::remove_tree(old);
     return final_;
   }
 

@@ -35,6 +35,8 @@
 #include "hone/checkpoint/hash.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/file_io.hpp"
+#include "hone/io/hash.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -59,7 +61,7 @@ inline constexpr std::uint64_t max_manifest_bytes = std::uint64_t{16} << 20;
 struct manifest_entry {
   std::string name;
   std::uint64_t size = 0;
-  digest128 hash{};
+  io::digest128 hash{};
   friend bool operator==(const manifest_entry&, const manifest_entry&) = default;
 };
 
@@ -67,7 +69,7 @@ struct manifest_entry {
 class manifest {
  public:
   /// Adds (or replaces) the entry for `name`. config_error if the name is not valid.
-  manifest& add(std::string name, const file_digest& d) {
+  manifest& add(std::string name, const io::file_digest& d) {
     require(is_valid_manifest_name(name),
             "hone::checkpoint::manifest: '" + name +
                 "' is not a valid checkpoint file name (1-255 characters of A-Z a-z 0-9 . _ -, "
@@ -105,7 +107,7 @@ class manifest {
       out += e.name;
       out += '\n';
     }
-    const digest128 h = hash128(std::as_bytes(std::span(out.data(), out.size())));
+    const io::digest128 h = io::hash128(std::as_bytes(std::span(out.data(), out.size())));
     out += "end ";
     out += h.hex();
     out += '\n';
@@ -113,8 +115,8 @@ class manifest {
   }
 
   /// Writes the MANIFEST file (fsynced when `sync`).
-  file_digest write(const std::filesystem::path& path, bool sync = true) const {
-    return write_file(path, to_string(), sync);
+  io::file_digest write(const std::filesystem::path& path, bool sync = true) const {
+    return io::write_file(path, to_string(), sync);
   }
 
   /// Parses MANIFEST text; `context` (the path) starts every error message.
@@ -149,9 +151,9 @@ class manifest {
       const std::size_t line_start = pos;
       const std::string_view line = next_line();
       if (line.substr(0, 4) == "end ") {
-        const auto expected = digest128::from_hex(line.substr(4));
+        const auto expected = io::digest128::from_hex(line.substr(4));
         if (!expected) fail("the \"end\" line must hold 32 lowercase hexadecimal digits");
-        const digest128 actual = hash128(std::as_bytes(std::span(text.data(), line_start)));
+        const io::digest128 actual = io::hash128(std::as_bytes(std::span(text.data(), line_start)));
         if (!(actual == *expected)) {
           fail("the MANIFEST's own checksum does not match (it was damaged or edited)");
         }
@@ -162,7 +164,7 @@ class manifest {
       if (line.size() < 32 + 1 + 1 + 1 + 1 || line[32] != ' ') {
         fail("expected \"<32 hex digits> <size> <name>\"");
       }
-      const auto h = digest128::from_hex(line.substr(0, 32));
+      const auto h = io::digest128::from_hex(line.substr(0, 32));
       if (!h) fail("the hash must be 32 lowercase hexadecimal digits");
       const std::string_view rest = line.substr(33);
       const std::size_t sp = rest.find(' ');
@@ -191,7 +193,7 @@ class manifest {
 
   /// Reads and parses the MANIFEST file at `path`.
   [[nodiscard]] static manifest read(const std::filesystem::path& path) {
-    return parse(read_small_file(path, max_manifest_bytes), path.string());
+    return parse(io::read_small_file(path, max_manifest_bytes), path.string());
   }
 
   friend bool operator==(const manifest&, const manifest&) = default;
@@ -237,7 +239,7 @@ class manifest {
       continue;
     }
     try {
-      const file_digest d = hash_file(p);
+      const io::file_digest d = io::hash_file(p);
       hashed += d.size;
       if (d.size != e.size) {
         problems.push_back("'" + p.string() + "' changed size while it was read");

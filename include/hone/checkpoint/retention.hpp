@@ -11,8 +11,6 @@
 // that looks committed.
 #pragma once
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -27,6 +25,8 @@
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/verify.hpp"
 #include "hone/core/config.hpp"
+#include "hone/io/directory.hpp"
+#include "hone/io/file_io.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -96,14 +96,12 @@ inline std::vector<std::filesystem::path> apply_retention(
     std::optional<std::uint64_t> known_valid = std::nullopt) {
   std::vector<std::filesystem::path> deleted;
   for (const auto& v : retention_victims(root, policy, known_valid)) {
-    const std::filesystem::path doomed =
-        root / (std::string(temp_prefix) + "del-" + v.path.filename().string() + "-" +
-                std::to_string(static_cast<long>(::getpid())));
-    rename_path(v.path, doomed);
-    detail::remove_tree(doomed);
+    const std::filesystem::path doomed = io::temp_sibling(v.path, "del-");
+    io::rename_path(v.path, doomed);
+    io::remove_tree(doomed);
     deleted.push_back(v.path);
   }
-  if (!deleted.empty()) sync_directory(root);
+  if (!deleted.empty()) io::sync_directory(root);
   return deleted;
 }
 

@@ -52,6 +52,9 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/space.hpp"
+#include "hone/io/dtype.hpp"
+#include "hone/io/file_io.hpp"
+#include "hone/io/json.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -67,13 +70,15 @@ inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 /// One tensor of a file: what its header says, validated.
 struct tensor_info {
   std::string name;
-  dtype type = dtype::f32;
+  io::dtype type = io::dtype::f32;
   shape_type shape;
   std::uint64_t begin = 0;  // data_offsets, relative to the start of the data section
   std::uint64_t end = 0;
 
   [[nodiscard]] std::uint64_t size_bytes() const noexcept { return end - begin; }
-  [[nodiscard]] std::uint64_t elements() const noexcept { return size_bytes() / dtype_size(type); }
+  [[nodiscard]] std::uint64_t elements() const noexcept {
+    return size_bytes() / io::dtype_size(type);
+  }
   friend bool operator==(const tensor_info&, const tensor_info&) = default;
 };
 
@@ -142,14 +147,14 @@ inline void write_u64_le(std::byte* p, std::uint64_t v) noexcept {
 /// fields from it).
 struct parsed_entry {
   tensor_info info;
-  const json::value* object = nullptr;
+  const io::json::value* object = nullptr;
 };
 
-inline std::uint64_t entry_u64(const json::value& v, std::string_view context,
+inline std::uint64_t entry_u64(const io::json::value& v, std::string_view context,
                                const std::string& what) {
   if (!v.is_number())
-    fail(context,
-         what + " is " + std::string(json::kind_name(v.type())) + ", not a non-negative integer");
+    fail(context, what + " is " + std::string(io::json::kind_name(v.type())) +
+                      ", not a non-negative integer");
   try {
     return v.as_u64();
   } catch (const checkpoint_error& e) {
@@ -159,10 +164,10 @@ inline std::uint64_t entry_u64(const json::value& v, std::string_view context,
 
 /// Validates a parsed header object: metadata, tensor entries, offsets tiling [0, total). Returns
 /// the entries sorted by offsets.
-inline std::vector<parsed_entry> validate_header(const json::value& root, std::string_view context,
-                                                 metadata_map& metadata) {
+inline std::vector<parsed_entry> validate_header(const io::json::value& root,
+                                                 std::string_view context, metadata_map& metadata) {
   if (!root.is_object()) {
-    fail(context, "the header is " + std::string(json::kind_name(root.type())) +
+    fail(context, "the header is " + std::string(io::json::kind_name(root.type())) +
                       ", not a JSON object of tensors");
   }
   std::vector<parsed_entry> entries;
@@ -171,13 +176,13 @@ inline std::vector<parsed_entry> validate_header(const json::value& root, std::s
     if (key == "__metadata__") {
       if (val.is_null()) continue;
       if (!val.is_object()) {
-        fail(context, "\"__metadata__\" is " + std::string(json::kind_name(val.type())) +
+        fail(context, "\"__metadata__\" is " + std::string(io::json::kind_name(val.type())) +
                           ", not an object of strings");
       }
       for (const auto& [mk, mv] : val.as_object()) {
         if (!mv.is_string()) {
           fail(context, "\"__metadata__\" entry " + quote_name(mk) + " is " +
-                            std::string(json::kind_name(mv.type())) + ", not a string");
+                            std::string(io::json::kind_name(mv.type())) + ", not a string");
         }
         metadata.emplace(mk, mv.as_string());
       }
@@ -185,32 +190,32 @@ inline std::vector<parsed_entry> validate_header(const json::value& root, std::s
     }
     const std::string who = "tensor " + quote_name(key);
     if (!val.is_object()) {
-      fail(context, who + " is " + std::string(json::kind_name(val.type())) +
+      fail(context, who + " is " + std::string(io::json::kind_name(val.type())) +
                         ", not an object with dtype, shape and data_offsets");
     }
     parsed_entry e;
     e.object = &val;
     e.info.name = key;
-    const json::value* dt = val.find("dtype");
+    const io::json::value* dt = val.find("dtype");
     if (dt == nullptr) fail(context, who + " has no \"dtype\"");
     if (!dt->is_string()) fail(context, who + ": \"dtype\" is not a string");
-    const auto parsed = dtype_from_name(dt->as_string());
+    const auto parsed = io::dtype_from_name(dt->as_string());
     if (!parsed) {
-      if (is_sub_byte_dtype_name(dt->as_string())) {
+      if (io::is_sub_byte_dtype_name(dt->as_string())) {
         fail(context,
              who + " has the sub-byte dtype " + dt->as_string() + ", which hone does not support");
       }
       fail(context, who + " has an unknown dtype " + quote_name(dt->as_string()));
     }
     e.info.type = *parsed;
-    const json::value* shape = val.find("shape");
+    const io::json::value* shape = val.find("shape");
     if (shape == nullptr) fail(context, who + " has no \"shape\"");
     if (!shape->is_array()) fail(context, who + ": \"shape\" is not an array");
     e.info.shape.reserve(shape->size());
     for (const auto& d : shape->as_array()) {
       e.info.shape.push_back(entry_u64(d, context, who + ": a \"shape\" dimension"));
     }
-    const json::value* offsets = val.find("data_offsets");
+    const io::json::value* offsets = val.find("data_offsets");
     if (offsets == nullptr) fail(context, who + " has no \"data_offsets\"");
     if (!offsets->is_array() || offsets->size() != 2) {
       fail(context, who + ": \"data_offsets\" is not an array of two integers [begin, end]");
@@ -221,17 +226,17 @@ inline std::vector<parsed_entry> validate_header(const json::value& root, std::s
       fail(context, who + ": data_offsets [" + std::to_string(e.info.begin) + ", " +
                         std::to_string(e.info.end) + "] end before they begin");
     }
-    const auto bytes = checked_byte_size(e.info.shape, dtype_size(e.info.type));
+    const auto bytes = checked_byte_size(e.info.shape, io::dtype_size(e.info.type));
     if (!bytes) {
       fail(context, who + ": shape " + shape_string(e.info.shape) + " of " +
-                        std::string(dtype_name(e.info.type)) + " overflows 64 bits");
+                        std::string(io::dtype_name(e.info.type)) + " overflows 64 bits");
     }
     if (*bytes != e.info.size_bytes()) {
       fail(context, who + ": shape " + shape_string(e.info.shape) + " of " +
-                        std::string(dtype_name(e.info.type)) + " needs " + std::to_string(*bytes) +
-                        " bytes, but data_offsets [" + std::to_string(e.info.begin) + ", " +
-                        std::to_string(e.info.end) + "] span " +
-                        std::to_string(e.info.size_bytes()));
+                        std::string(io::dtype_name(e.info.type)) + " needs " +
+                        std::to_string(*bytes) + " bytes, but data_offsets [" +
+                        std::to_string(e.info.begin) + ", " + std::to_string(e.info.end) +
+                        "] span " + std::to_string(e.info.size_bytes()));
     }
     entries.push_back(std::move(e));
   }
@@ -286,11 +291,11 @@ inline std::uint64_t check_length_prefix(std::span<const std::byte> start, std::
 }
 
 /// Parses a header's JSON text (validated as UTF-8 by the JSON reader).
-inline json::value parse_header_json(std::span<const std::byte> text, std::string_view context,
-                                     std::string_view what) {
+inline io::json::value parse_header_json(std::span<const std::byte> text, std::string_view context,
+                                         std::string_view what) {
   const std::string_view s(reinterpret_cast<const char*>(text.data()), text.size());
   try {
-    return json::parse(s);
+    return io::json::parse(s);
   } catch (const checkpoint_error& e) {
     // json's message starts with "hone: "; put the file first.
     std::string_view m = e.what();
@@ -334,9 +339,9 @@ void append_header_json(std::string& out, std::span<const tensor_info> tensors,
     for (const auto& [k, v] : metadata) {
       if (!first_entry) out += ',';
       first_entry = false;
-      json::write_string(out, k);
+      io::json::write_string(out, k);
       out += ':';
-      json::write_string(out, v);
+      io::json::write_string(out, v);
     }
     out += '}';
     first = false;
@@ -345,9 +350,9 @@ void append_header_json(std::string& out, std::span<const tensor_info> tensors,
     const tensor_info& t = tensors[i];
     if (!first) out += ',';
     first = false;
-    json::write_string(out, t.name);
+    io::json::write_string(out, t.name);
     out += ":{\"dtype\":\"";
-    out += dtype_name(t.type);
+    out += io::dtype_name(t.type);
     out += "\",\"shape\":[";
     for (std::size_t d = 0; d < t.shape.size(); ++d) {
       if (d != 0) out += ',';
@@ -401,7 +406,7 @@ inline std::string safetensors_prefix(std::span<const tensor_info> tensors,
     throw config_error("hone::checkpoint::parse_safetensors_header: pass at least the first 8 + " +
                        std::to_string(h.header_bytes) + " bytes of the file");
   }
-  const json::value root = detail::parse_header_json(
+  const io::json::value root = detail::parse_header_json(
       start.subspan(8, static_cast<std::size_t>(h.header_bytes)), context, "header");
   auto entries = detail::validate_header(root, context, h.metadata);
   h.tensors.reserve(entries.size());
@@ -421,7 +426,7 @@ inline std::string safetensors_prefix(std::span<const tensor_info> tensors,
 
 /// Reads and validates the header of the file at `path` without reading its data (two preads).
 [[nodiscard]] inline safetensors_header read_safetensors_header(const std::filesystem::path& path) {
-  input_file in(path);
+  io::input_file in(path);
   const std::string context = path.string();
   std::vector<std::byte> start(8);
   if (in.size() < 8) {
@@ -441,7 +446,7 @@ class safetensors_file {
   /// Maps the file at `path` and validates its header; checkpoint_error naming it on damage.
   [[nodiscard]] static safetensors_file open(const std::filesystem::path& path) {
     safetensors_file f;
-    f.map_ = mapped_file(path);
+    f.map_ = io::mapped_file(path);
     f.init(f.map_.bytes(), path.string());
     return f;
   }
@@ -481,8 +486,9 @@ class safetensors_file {
   }
   /// Copies a tensor's bytes into `out`, converting to `as` (config_error when `out` has the wrong
   /// size or the dtypes cannot be converted).
-  void read(const tensor_info& t, std::span<std::byte> out, std::optional<dtype> as = {}) const {
-    convert(data(t), t.type, out, as.value_or(t.type));
+  void read(const tensor_info& t, std::span<std::byte> out,
+            std::optional<io::dtype> as = {}) const {
+    io::convert(data(t), t.type, out, as.value_or(t.type));
   }
 
  private:
@@ -494,7 +500,7 @@ class safetensors_file {
     index_ = detail::name_index(header_.tensors);
   }
 
-  mapped_file map_;
+  io::mapped_file map_;
   std::span<const std::byte> bytes_;
   std::string context_;
   safetensors_header header_;
@@ -526,18 +532,18 @@ class tensor_writer {
   /// A tensor waiting to be written.
   struct entry {
     std::string name;
-    dtype stored = dtype::f32;  // dtype in the file
-    dtype source = dtype::f32;  // dtype of `data`
+    io::dtype stored = io::dtype::f32;  // dtype in the file
+    io::dtype source = io::dtype::f32;  // dtype of `data`
     shape_type shape;
     std::span<const std::byte> data;  // source bytes
     [[nodiscard]] std::uint64_t stored_bytes() const noexcept {
-      return data.size() / dtype_size(source) * dtype_size(stored);
+      return data.size() / io::dtype_size(source) * io::dtype_size(stored);
     }
   };
 
   /// Adds a tensor given as raw little-endian bytes of `type`. config_error if the name is empty,
   /// "__metadata__", not UTF-8 or already used, or if the bytes do not match shape and dtype.
-  tensor_writer& add(std::string name, dtype type, shape_type shape,
+  tensor_writer& add(std::string name, io::dtype type, shape_type shape,
                      std::span<const std::byte> data) {
     return add_converted(std::move(name), type, type, std::move(shape), data);
   }
@@ -548,9 +554,9 @@ class tensor_writer {
   template <std::ranges::contiguous_range R>
   requires std::ranges::sized_range<R> tensor_writer& add(
       std::string name, shape_type shape, const R& data,
-      std::optional<dtype> export_as = std::nullopt) {
+      std::optional<io::dtype> export_as = std::nullopt) {
     using T = std::remove_cv_t<std::ranges::range_value_t<R>>;
-    constexpr dtype source = dtype_of<T>;
+    constexpr io::dtype source = io::dtype_of<T>;
     const auto bytes = std::as_bytes(std::span<const T>(
         std::ranges::data(data), static_cast<std::size_t>(std::ranges::size(data))));
     return add_converted(std::move(name), source, export_as.value_or(source), std::move(shape),
@@ -561,7 +567,7 @@ class tensor_writer {
   /// A slot's shape comes from `shapes` (by slot name), or is one-dimensional [count].
   template <class T, class Space>
   requires space_traits<Space>::host_accessible tensor_writer& add_arena(
-      const arena<T, Space>& a, std::optional<dtype> export_as = std::nullopt,
+      const arena<T, Space>& a, std::optional<io::dtype> export_as = std::nullopt,
       std::string_view prefix = {}, const shape_map& shapes = {}) {
     for (std::size_t i = 0; i < a.size(); ++i) {
       const auto& slot = a.layout()[i];
@@ -575,7 +581,7 @@ class tensor_writer {
   /// Adds the parameters of a model (any range of hone::parameter-like values with name, shape and
   /// a host `value` view), stored as `export_as`, named prefix + name.
   template <std::ranges::input_range Params>
-  tensor_writer& add_parameters(Params&& params, std::optional<dtype> export_as = std::nullopt,
+  tensor_writer& add_parameters(Params&& params, std::optional<io::dtype> export_as = std::nullopt,
                                 std::string_view prefix = {}) {
     for (auto&& p : params) {
       using V = std::remove_cvref_t<decltype(p.value)>;
@@ -590,7 +596,7 @@ class tensor_writer {
 
   /// Sets a "__metadata__" entry (UTF-8 strings).
   tensor_writer& set_metadata(std::string key, std::string value) {
-    require(json::is_valid_utf8(key) && json::is_valid_utf8(value),
+    require(io::json::is_valid_utf8(key) && io::json::is_valid_utf8(value),
             "hone::checkpoint::tensor_writer: metadata keys and values must be valid UTF-8");
     metadata_.insert_or_assign(std::move(key), std::move(value));
     return *this;
@@ -620,7 +626,7 @@ class tensor_writer {
     std::iota(order.begin(), order.end(), std::size_t{0});
     if (order_ == tensor_order::as_added) return order;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return dtype_size(entries_[a].stored) > dtype_size(entries_[b].stored);
+      return io::dtype_size(entries_[a].stored) > io::dtype_size(entries_[b].stored);
     });
     return order;
   }
@@ -641,14 +647,14 @@ class tensor_writer {
   /// stored dtype). offset and out.size() must be multiples of the stored element size.
   void read_stored(std::size_t index, std::uint64_t offset, std::span<std::byte> out) const {
     const entry& e = entries_.at(index);
-    const std::size_t out_size = dtype_size(e.stored);
-    const std::size_t in_size = dtype_size(e.source);
+    const std::size_t out_size = io::dtype_size(e.stored);
+    const std::size_t in_size = io::dtype_size(e.source);
     require(offset % out_size == 0 && out.size() % out_size == 0 &&
                 offset + out.size() <= e.stored_bytes(),
             "hone::checkpoint::tensor_writer::read_stored: range outside tensor '" + e.name + "'");
     const auto first = static_cast<std::size_t>(offset / out_size);
     const std::size_t count = out.size() / out_size;
-    convert(e.data.subspan(first * in_size, count * in_size), e.source, out, e.stored);
+    io::convert(e.data.subspan(first * in_size, count * in_size), e.source, out, e.stored);
   }
 
   /// The size of the safetensors file write() produces.
@@ -664,8 +670,8 @@ class tensor_writer {
   /// second thread hashing the whole tensors alongside the writes was measured slower on 2 vCPUs,
   /// on tmpfs and on disk: it competes with the kernel's writeback for the second core and reads
   /// every byte from DRAM a second time; bench_checkpoint ckpt_save_1G, 2026-11-21.)
-  file_digest write(const std::filesystem::path& path, bool sync = true) const {
-    output_file out(path);
+  io::file_digest write(const std::filesystem::path& path, bool sync = true) const {
+    io::output_file out(path);
     write_to(out);
     if (sync) out.sync();
     return out.close();
@@ -707,25 +713,25 @@ class tensor_writer {
   }
 
  private:
-  tensor_writer& add_converted(std::string name, dtype source, dtype stored, shape_type shape,
-                               std::span<const std::byte> data) {
+  tensor_writer& add_converted(std::string name, io::dtype source, io::dtype stored,
+                               shape_type shape, std::span<const std::byte> data) {
     require(!name.empty(), "hone::checkpoint::tensor_writer: a tensor name may not be empty");
     require(name != "__metadata__",
             "hone::checkpoint::tensor_writer: \"__metadata__\" is reserved by safetensors and "
             "cannot name a tensor");
-    require(json::is_valid_utf8(name),
+    require(io::json::is_valid_utf8(name),
             "hone::checkpoint::tensor_writer: tensor names must be valid UTF-8");
     require(!names_.contains(name), "hone::checkpoint::tensor_writer: the tensor name '" + name +
                                         "' is used twice; every tensor needs a distinct name");
-    require(can_convert(source, stored),
+    require(io::can_convert(source, stored),
             "hone::checkpoint::tensor_writer: tensor '" + name + "' of " +
-                std::string(dtype_name(source)) + " cannot be stored as " +
-                std::string(dtype_name(stored)) +
+                std::string(io::dtype_name(source)) + " cannot be stored as " +
+                std::string(io::dtype_name(stored)) +
                 " (the export dtype converts between F16, BF16, F32 and F64 only)");
-    const auto bytes = checked_byte_size(shape, dtype_size(source));
+    const auto bytes = checked_byte_size(shape, io::dtype_size(source));
     require(bytes.has_value() && *bytes == data.size(),
             "hone::checkpoint::tensor_writer: tensor '" + name + "' has shape " +
-                shape_string(shape) + " of " + std::string(dtype_name(source)) + " (" +
+                shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " (" +
                 (bytes ? std::to_string(*bytes) : std::string("overflowing")) +
                 " bytes) but its data are " + std::to_string(data.size()) + " bytes");
     names_.insert(name);

@@ -40,6 +40,8 @@
 #include "hone/checkpoint/json.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/file_io.hpp"
+#include "hone/io/json.hpp"
 #include "hone/precision/loss_scale.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -54,13 +56,13 @@ inline constexpr std::uint64_t max_state_bytes = std::uint64_t{64} << 20;
 
 /// The non-tensor state of a training run.
 struct training_state {
-  std::uint64_t step = 0;                               // optimizer steps completed
-  std::optional<loss_scale_state> loss_scale;           // the scaler's state, if there is a scaler
-  json::value schedule = json::value::object();         // schedule position (free object)
-  std::map<std::string, std::string, std::less<>> rng;  // every RNG: name -> engine state text
-  json::value data = json::value::object();             // data position (free object)
+  std::uint64_t step = 0;                                // optimizer steps completed
+  std::optional<loss_scale_state> loss_scale;            // the scaler's state, if there is a scaler
+  io::json::value schedule = io::json::value::object();  // schedule position (free object)
+  std::map<std::string, std::string, std::less<>> rng;   // every RNG: name -> engine state text
+  io::json::value data = io::json::value::object();      // data position (free object)
   std::map<std::string, std::string, std::less<>> metadata;  // user metadata
-  json::value early_stopping;  // null, or the early-stopping state (capture_early_stopping)
+  io::json::value early_stopping;  // null, or the early-stopping state (capture_early_stopping)
 
   friend bool operator==(const training_state&, const training_state&) = default;
 };
@@ -96,14 +98,14 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
 
 /// state.json text for `s` (pretty-printed, ends with a newline).
 [[nodiscard]] inline std::string to_json(const training_state& s) {
-  json::value root = json::value::object();
-  root.set("format", json::value(state_format));
+  io::json::value root = io::json::value::object();
+  root.set("format", io::json::value(state_format));
   root.set("version", state_version);
   root.set("step", s.step);
   if (s.loss_scale) {
     require(std::isfinite(s.loss_scale->scale) && s.loss_scale->scale > 0.0f,
             "hone::checkpoint::to_json: the loss scale must be finite and positive");
-    json::value ls = json::value::object();
+    io::json::value ls = io::json::value::object();
     ls.set("scale", s.loss_scale->scale);
     ls.set("growth_tracker", s.loss_scale->growth_tracker);
     ls.set("hysteresis_tracker", s.loss_scale->hysteresis_tracker);
@@ -113,12 +115,12 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
   require(s.schedule.is_object() && s.data.is_object(),
           "hone::checkpoint::to_json: training_state::schedule and ::data must be JSON objects");
   root.set("schedule", s.schedule);
-  json::value rng = json::value::object();
-  for (const auto& [k, v] : s.rng) rng.set(k, json::value(v));
+  io::json::value rng = io::json::value::object();
+  for (const auto& [k, v] : s.rng) rng.set(k, io::json::value(v));
   root.set("rng", std::move(rng));
   root.set("data", s.data);
-  json::value meta = json::value::object();
-  for (const auto& [k, v] : s.metadata) meta.set(k, json::value(v));
+  io::json::value meta = io::json::value::object();
+  for (const auto& [k, v] : s.metadata) meta.set(k, io::json::value(v));
   root.set("metadata", std::move(meta));
   if (!s.early_stopping.is_null()) {
     require(s.early_stopping.is_object(),
@@ -144,7 +146,7 @@ auto state_field(std::string_view context, std::string_view field, F&& get) -> d
   }
 }
 
-inline std::int32_t state_i32(const json::value& v, std::string_view context,
+inline std::int32_t state_i32(const io::json::value& v, std::string_view context,
                               std::string_view field) {
   const std::int64_t x = state_field(context, field, [&] { return v.as_i64(); });
   if (x < std::numeric_limits<std::int32_t>::min() ||
@@ -154,7 +156,7 @@ inline std::int32_t state_i32(const json::value& v, std::string_view context,
   return static_cast<std::int32_t>(x);
 }
 
-inline std::map<std::string, std::string, std::less<>> string_map(const json::value& v,
+inline std::map<std::string, std::string, std::less<>> string_map(const io::json::value& v,
                                                                   std::string_view context,
                                                                   std::string_view field) {
   if (!v.is_object()) state_fail(context, "field \"" + std::string(field) + "\" must be an object");
@@ -162,7 +164,8 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
   for (const auto& [k, x] : v.as_object()) {
     if (!x.is_string()) {
       state_fail(context, "field \"" + std::string(field) + "\": entry '" + k.substr(0, 200) +
-                              "' is " + std::string(json::kind_name(x.type())) + ", not a string");
+                              "' is " + std::string(io::json::kind_name(x.type())) +
+                              ", not a string");
     }
     out.emplace(k, x.as_string());
   }
@@ -174,7 +177,7 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
 [[nodiscard]] inline training_state parse_state(std::string_view text, std::string_view context) {
   using detail::state_fail;
   using detail::state_field;
-  const json::value root = json::parse(text, context);
+  const io::json::value root = io::json::parse(text, context);
   if (!root.is_object()) state_fail(context, "state.json must hold a JSON object");
   for (const auto& [k, v] : root.as_object()) {
     (void)v;
@@ -183,11 +186,11 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
       state_fail(context, "unknown field \"" + k.substr(0, 200) + "\" (written by a newer hone?)");
     }
   }
-  const json::value* format = root.find("format");
+  const io::json::value* format = root.find("format");
   if (format == nullptr || !format->is_string() || format->as_string() != state_format) {
     state_fail(context, "not a hone state file (\"format\" must be \"hone-state\")");
   }
-  const json::value* version = root.find("version");
+  const io::json::value* version = root.find("version");
   if (version == nullptr) state_fail(context, "missing field \"version\"");
   const std::uint64_t ver = state_field(context, "version", [&] { return version->as_u64(); });
   if (ver != state_version) {
@@ -195,11 +198,11 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
                             std::to_string(state_version));
   }
   training_state s;
-  const json::value* step = root.find("step");
+  const io::json::value* step = root.find("step");
   if (step == nullptr) state_fail(context, "missing field \"step\"");
   s.step = state_field(context, "step", [&] { return step->as_u64(); });
 
-  if (const json::value* ls = root.find("loss_scale"); ls != nullptr && !ls->is_null()) {
+  if (const io::json::value* ls = root.find("loss_scale"); ls != nullptr && !ls->is_null()) {
     if (!ls->is_object()) state_fail(context, "field \"loss_scale\" must be an object or null");
     for (const auto& [k, v] : ls->as_object()) {
       (void)v;
@@ -215,29 +218,29 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
     }
     l.growth_tracker = detail::state_i32(
         state_field(context, "loss_scale",
-                    [&]() -> const json::value& { return ls->at("growth_tracker"); }),
+                    [&]() -> const io::json::value& { return ls->at("growth_tracker"); }),
         context, "loss_scale.growth_tracker");
     l.hysteresis_tracker = detail::state_i32(
         state_field(context, "loss_scale",
-                    [&]() -> const json::value& { return ls->at("hysteresis_tracker"); }),
+                    [&]() -> const io::json::value& { return ls->at("hysteresis_tracker"); }),
         context, "loss_scale.hysteresis_tracker");
     l.skipped_steps = state_field(context, "loss_scale.skipped_steps",
                                   [&] { return ls->at("skipped_steps").as_u64(); });
     s.loss_scale = l;
   }
-  if (const json::value* v = root.find("schedule")) {
+  if (const io::json::value* v = root.find("schedule")) {
     if (!v->is_object()) state_fail(context, "field \"schedule\" must be an object");
     s.schedule = *v;
   }
-  if (const json::value* v = root.find("data")) {
+  if (const io::json::value* v = root.find("data")) {
     if (!v->is_object()) state_fail(context, "field \"data\" must be an object");
     s.data = *v;
   }
-  if (const json::value* v = root.find("rng")) s.rng = detail::string_map(*v, context, "rng");
-  if (const json::value* v = root.find("metadata")) {
+  if (const io::json::value* v = root.find("rng")) s.rng = detail::string_map(*v, context, "rng");
+  if (const io::json::value* v = root.find("metadata")) {
     s.metadata = detail::string_map(*v, context, "metadata");
   }
-  if (const json::value* v = root.find("early_stopping"); v != nullptr && !v->is_null()) {
+  if (const io::json::value* v = root.find("early_stopping"); v != nullptr && !v->is_null()) {
     if (!v->is_object()) state_fail(context, "field \"early_stopping\" must be an object or null");
     s.early_stopping = *v;
   }
@@ -246,13 +249,13 @@ inline std::map<std::string, std::string, std::less<>> string_map(const json::va
 
 /// Reads and parses the state.json file at `path`.
 [[nodiscard]] inline training_state read_state(const std::filesystem::path& path) {
-  return parse_state(read_small_file(path, max_state_bytes), path.string());
+  return parse_state(io::read_small_file(path, max_state_bytes), path.string());
 }
 
 /// Writes state.json at `path` (fsynced when `sync`); returns its size and XXH3-128.
-inline file_digest write_state(const std::filesystem::path& path, const training_state& s,
-                               bool sync = true) {
-  return write_file(path, to_json(s), sync);
+inline io::file_digest write_state(const std::filesystem::path& path, const training_state& s,
+                                   bool sync = true) {
+  return io::write_file(path, to_json(s), sync);
 }
 
 }  // namespace checkpoint

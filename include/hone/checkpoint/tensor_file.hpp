@@ -3,7 +3,7 @@
 // between them, and loaders that fill arenas and model parameters from a file.
 //
 //   hone::checkpoint::tensor_writer w;
-//   w.add_arena(master, hone::checkpoint::dtype::bf16);          // export fp32 master as bf16
+//   w.add_arena(master, hone::io::dtype::bf16);                  // export fp32 master as bf16
 //   auto d = hone::checkpoint::write_tensors(w, dir / "model.safetensors");   // d: size + hash
 //
 //   auto f = hone::checkpoint::tensor_file::open(dir / "model.safetensors");
@@ -32,6 +32,8 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/space.hpp"
+#include "hone/io/dtype.hpp"
+#include "hone/io/file_io.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -50,8 +52,8 @@ struct write_options {
 
 /// Writes the tensors of `writer` to `path` as plain safetensors, or compressed when
 /// options.compression is set; returns the file's size and XXH3-128 for the MANIFEST.
-inline file_digest write_tensors(const tensor_writer& writer, const std::filesystem::path& path,
-                                 const write_options& options = {}) {
+inline io::file_digest write_tensors(const tensor_writer& writer, const std::filesystem::path& path,
+                                     const write_options& options = {}) {
   if (options.compression)
     return write_compressed(writer, path, *options.compression, options.sync);
   return writer.write(path, options.sync);
@@ -64,7 +66,7 @@ class tensor_file {
   [[nodiscard]] static tensor_file open(const std::filesystem::path& path) {
     std::array<std::byte, 8> start{};
     {
-      input_file in(path);
+      io::input_file in(path);
       if (in.size() >= start.size()) in.read_at(0, start);
     }
     if (is_compressed_tensor_file(start)) return tensor_file(compressed_file::open(path));
@@ -103,7 +105,8 @@ class tensor_file {
 
   /// Copies (plain) or decompresses and checks (compressed) tensor `t` into `out`, converted to
   /// `as` (default: its own dtype). config_error when `out` has the wrong size.
-  void read(const tensor_info& t, std::span<std::byte> out, std::optional<dtype> as = {}) const {
+  void read(const tensor_info& t, std::span<std::byte> out,
+            std::optional<io::dtype> as = {}) const {
     std::visit([&](const auto& f) { f.read(t, out, as); }, impl_);
   }
   /// Reads tensor `name` into `out` as T (converting between float types); the element counts
@@ -111,11 +114,11 @@ class tensor_file {
   template <class T>
   void read_into(std::string_view name, std::span<T> out) const {
     const tensor_info& t = at(name);
-    constexpr dtype want = dtype_of<T>;
-    if (!can_convert(t.type, want)) {
+    constexpr io::dtype want = io::dtype_of<T>;
+    if (!io::can_convert(t.type, want)) {
       detail::fail(context(), "tensor " + detail::quote_name(name) + " is " +
-                                  std::string(dtype_name(t.type)) + ", which cannot be read as " +
-                                  std::string(dtype_name(want)));
+                                  std::string(io::dtype_name(t.type)) +
+                                  ", which cannot be read as " + std::string(io::dtype_name(want)));
     }
     if (t.elements() != out.size()) {
       detail::fail(context(), "tensor " + detail::quote_name(name) + " has " +

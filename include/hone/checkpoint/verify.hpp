@@ -25,6 +25,7 @@
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/file_io.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -72,7 +73,7 @@ enum class file_kind { manifest, state, safetensors, compressed_tensors, unknown
   if (path.extension() == ".json") return file_kind::state;
   std::array<std::byte, 8> start{};
   {
-    input_file in(path);
+    io::input_file in(path);
     if (in.size() >= start.size()) in.read_at(0, start);
   }
   if (is_compressed_tensor_file(start)) return file_kind::compressed_tensors;

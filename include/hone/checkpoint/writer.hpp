@@ -52,6 +52,8 @@
 #include "hone/core/device_span.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/space.hpp"
+#include "hone/io/directory.hpp"
+#include "hone/io/dtype.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -136,7 +138,7 @@ class snapshot {
   template <std::ranges::contiguous_range R>
   requires std::ranges::sized_range<R>
   void add(std::string_view file, std::string name, shape_type shape, const R& data,
-           std::optional<dtype> export_as = std::nullopt) {
+           std::optional<io::dtype> export_as = std::nullopt) {
     static_assert(!detail::is_device_span_v<std::remove_cvref_t<R>>,
                   "hone::checkpoint::snapshot::add: this is a view of device memory "
                   "(hone::device_span); copy it with hone::checkpoint::device_snapshot from "
@@ -145,23 +147,23 @@ class snapshot {
     using T = std::remove_cv_t<std::ranges::range_value_t<R>>;
     const auto bytes = std::as_bytes(std::span<const T>(
         std::ranges::data(data), static_cast<std::size_t>(std::ranges::size(data))));
-    add_bytes(file, std::move(name), dtype_of<T>, export_as.value_or(dtype_of<T>), std::move(shape),
-              bytes);
+    add_bytes(file, std::move(name), io::dtype_of<T>, export_as.value_or(io::dtype_of<T>),
+              std::move(shape), bytes);
   }
 
   /// Adds raw little-endian bytes of dtype `source`, stored as `stored`.
-  void add_bytes(std::string_view file, std::string name, dtype source, dtype stored,
+  void add_bytes(std::string_view file, std::string name, io::dtype source, io::dtype stored,
                  shape_type shape, std::span<const std::byte> bytes) {
     detail::check_tensor_file_name(file);
-    require(source == stored || can_convert(source, stored),
-            "hone::checkpoint::snapshot: cannot store " + std::string(dtype_name(source)) + " as " +
-                std::string(dtype_name(stored)));
-    const std::size_t n = bytes.size() / dtype_size(source) * dtype_size(stored);
+    require(source == stored || io::can_convert(source, stored),
+            "hone::checkpoint::snapshot: cannot store " + std::string(io::dtype_name(source)) +
+                " as " + std::string(io::dtype_name(stored)));
+    const std::size_t n = bytes.size() / io::dtype_size(source) * io::dtype_size(stored);
     const std::span<std::byte> dst = append(file, std::move(name), stored, std::move(shape), n);
     if (source == stored) {
       if (n > 0) std::memcpy(dst.data(), bytes.data(), n);
     } else {
-      convert(bytes, source, dst, stored);  // converted now: the snapshot owns its bytes
+      io::convert(bytes, source, dst, stored);  // converted now: the snapshot owns its bytes
     }
   }
 
@@ -183,13 +185,13 @@ class snapshot {
   /// is written. The span stays valid until the next add, reserve or allocator change (which may
   /// move the buffer). config_error when the shape does not describe `bytes` bytes.
   [[nodiscard]] std::span<std::byte> add_uninitialized(std::string_view file, std::string name,
-                                                       dtype stored, shape_type shape,
+                                                       io::dtype stored, shape_type shape,
                                                        std::size_t bytes) {
     detail::check_tensor_file_name(file);
-    const std::optional<std::uint64_t> want = checked_byte_size(shape, dtype_size(stored));
+    const std::optional<std::uint64_t> want = checked_byte_size(shape, io::dtype_size(stored));
     require(want && *want == bytes,
             "hone::checkpoint::snapshot: tensor '" + name + "' has shape " + shape_string(shape) +
-                " of " + std::string(dtype_name(stored)) + " but " + std::to_string(bytes) +
+                " of " + std::string(io::dtype_name(stored)) + " but " + std::to_string(bytes) +
                 " bytes; give the shape of the data");
     return append(file, std::move(name), stored, std::move(shape), bytes);
   }
@@ -249,7 +251,7 @@ class snapshot {
  private:
   struct item {
     std::string name;
-    dtype stored;
+    io::dtype stored;
     shape_type shape;
     std::size_t offset;
     std::size_t bytes;
@@ -259,7 +261,7 @@ class snapshot {
     std::vector<item> items;
     metadata_map metadata;
   };
-  std::span<std::byte> append(std::string_view file, std::string name, dtype stored,
+  std::span<std::byte> append(std::string_view file, std::string name, io::dtype stored,
                               shape_type shape, std::size_t n) {
     const std::size_t offset = aligned(used_);
     reserve_staging(offset + n);
@@ -313,7 +315,7 @@ class checkpoint_writer {
  public:
   explicit checkpoint_writer(writer_options options) : options_(std::move(options)) {
     require(!options_.root.empty(), "hone::checkpoint::checkpoint_writer: the root is empty");
-    ensure_directory(options_.root);
+    io::ensure_directory(options_.root);
     if (options_.clean_leftovers) cleaned_ = clean_leftovers(options_.root);
     if (options_.async) worker_ = std::thread([this] { run(); });
   }

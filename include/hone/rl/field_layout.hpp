@@ -24,9 +24,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "hone/checkpoint/dtype.hpp"
-#include "hone/checkpoint/hash.hpp"
 #include "hone/core/config.hpp"
+#include "hone/io/dtype.hpp"
+#include "hone/io/hash.hpp"
 #include "hone/rl/transition.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -34,14 +34,14 @@ HONE_NAMESPACE_BEGIN
 /// One field of a transition as it is saved.
 struct replay_field_desc {
   std::string name;
-  checkpoint::dtype type = checkpoint::dtype::u8;
+  io::dtype type = io::dtype::u8;
   std::vector<std::uint64_t> shape;  ///< per item (the saved tensor is [capacity, shape...])
 
   friend bool operator==(const replay_field_desc&, const replay_field_desc&) = default;
 
   /// "obs F32 [4]" (for messages).
   [[nodiscard]] std::string text() const {
-    std::string s = name + " " + std::string(checkpoint::dtype_name(type)) + " [";
+    std::string s = name + " " + std::string(io::dtype_name(type)) + " [";
     for (std::size_t i = 0; i < shape.size(); ++i) {
       if (i > 0) s += ", ";
       s += std::to_string(shape[i]);
@@ -68,9 +68,9 @@ replay_field_desc field_desc() {
   for (const std::size_t n : F::shape) d.shape.push_back(n);
   if (d.shape.empty() && F::count != 1) d.shape.push_back(F::count);
   if constexpr (has_tensor_dtype_v<E>) {
-    d.type = checkpoint::dtype_of<E>;
+    d.type = io::dtype_of<E>;
   } else {
-    d.type = checkpoint::dtype::u8;
+    d.type = io::dtype::u8;
     d.shape.push_back(sizeof(E));
   }
   return d;
@@ -101,7 +101,7 @@ template <transition_type Transition>
 template <transition_type Transition>
 [[nodiscard]] std::uint64_t transition_signature() {
   const std::string text = replay_fields_text(replay_fields<Transition>());
-  const std::uint64_t h = checkpoint::hash64(std::as_bytes(std::span(text.data(), text.size())));
+  const std::uint64_t h = io::hash64(std::as_bytes(std::span(text.data(), text.size())));
   return h == 0 ? 1 : h;
 }
 

@@ -63,10 +63,10 @@
 #include <type_traits>
 #include <utility>
 
-#include "hone/checkpoint/file_io.hpp"
-#include "hone/checkpoint/hash.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/file_io.hpp"
+#include "hone/io/hash.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -103,7 +103,7 @@ struct mmap_ring_header {
   std::uint64_t checksum;  // XXH3-64 of the 64 bytes above
 
   [[nodiscard]] std::uint64_t compute_checksum() const noexcept {
-    return checkpoint::hash64(std::as_bytes(std::span(reinterpret_cast<const char*>(this), 64)));
+    return io::hash64(std::as_bytes(std::span(reinterpret_cast<const char*>(this), 64)));
   }
   [[nodiscard]] bool magic_ok() const noexcept {
     return std::memcmp(magic, mmap_ring_magic, 8) == 0;
@@ -124,24 +124,23 @@ class mmap_ring {
     require(record_size > 0, "hone::mmap_ring: the record size must be positive");
     require(capacity > 0, "hone::mmap_ring: the capacity must be positive");
     const std::uint64_t bytes = file_bytes_for(path, record_size, capacity);
-    if (std::filesystem::exists(path)) checkpoint::throw_io_error("create", path, EEXIST);
+    if (std::filesystem::exists(path)) io::throw_io_error("create", path, EEXIST);
     std::filesystem::path tmp = path;
     tmp += ".creating";
     std::filesystem::remove(tmp);
     {
-      checkpoint::detail::unique_fd fd =
-          checkpoint::detail::open_or_throw(tmp, O_RDWR | O_CREAT | O_EXCL, "create", 0644);
+      io::unique_fd fd = io::open_or_throw(tmp, O_RDWR | O_CREAT | O_EXCL, "create", 0644);
       if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
         const int err = errno;
         std::filesystem::remove(tmp);
-        checkpoint::throw_io_error("resize", tmp, err);
+        io::throw_io_error("resize", tmp, err);
       }
       if (options.preallocate) {
         const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
         // EOPNOTSUPP/EINVAL: a file system without fallocate; the sparse file still works.
         if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
           std::filesystem::remove(tmp);
-          checkpoint::throw_io_error("preallocate", tmp, err);
+          io::throw_io_error("preallocate", tmp, err);
         }
       }
       detail::mmap_ring_header h{};
@@ -153,13 +152,12 @@ class mmap_ring {
       h.generation = 1;
       h.checksum = h.compute_checksum();
       pwrite_all(fd.get(), tmp, &h, sizeof h, detail::mmap_ring_slot_offset[0]);
-      if (options.sync) checkpoint::detail::fsync_or_throw(fd.get(), tmp);
-      if (const int err = fd.close(); err != 0) checkpoint::throw_io_error("close", tmp, err);
+      if (options.sync) io::fsync_or_throw(fd.get(), tmp);
+      if (const int err = fd.close(); err != 0) io::throw_io_error("close", tmp, err);
     }
-    checkpoint::rename_path(tmp, path);
+    io::rename_path(tmp, path);
     if (options.sync) {
-      checkpoint::sync_directory(path.has_parent_path() ? path.parent_path()
-                                                        : std::filesystem::path("."));
+      io::sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
     }
     return open(path, options, record_size, capacity);
   }
@@ -172,9 +170,9 @@ class mmap_ring {
     mmap_ring r;
     r.path_ = path;
     r.options_ = options;
-    r.fd_ = checkpoint::detail::open_or_throw(path, O_RDWR, "open");
+    r.fd_ = io::open_or_throw(path, O_RDWR, "open");
     struct stat st {};
-    if (::fstat(r.fd_.get(), &st) != 0) checkpoint::throw_io_error("stat", path, errno);
+    if (::fstat(r.fd_.get(), &st) != 0) io::throw_io_error("stat", path, errno);
     if (!S_ISREG(st.st_mode)) r.fail("is not a regular file");
     const auto file_size = static_cast<std::uint64_t>(st.st_size);
     if (file_size < detail::mmap_ring_header_bytes) {
@@ -225,11 +223,11 @@ class mmap_ring {
              std::to_string(*expected_capacity));
     }
     if (want > static_cast<std::uint64_t>(~std::size_t{0})) {
-      checkpoint::throw_io_error("map", path, EFBIG);
+      io::throw_io_error("map", path, EFBIG);
     }
     void* p = ::mmap(nullptr, static_cast<std::size_t>(want), PROT_READ | PROT_WRITE, MAP_SHARED,
                      r.fd_.get(), 0);
-    if (p == MAP_FAILED) checkpoint::throw_io_error("map", path, errno);
+    if (p == MAP_FAILED) io::throw_io_error("map", path, errno);
     r.base_ = static_cast<std::byte*>(p);
     r.map_bytes_ = static_cast<std::size_t>(want);
     r.header_ = h;
@@ -278,7 +276,7 @@ class mmap_ring {
     commit();
     ::munmap(base_, map_bytes_);
     base_ = nullptr;
-    if (const int err = fd_.close(); err != 0) checkpoint::throw_io_error("close", path_, err);
+    if (const int err = fd_.close(); err != 0) io::throw_io_error("close", path_, err);
   }
 
   /// Appends one record (record_size() bytes) and returns its sequence number. Overwrites the
@@ -422,7 +420,7 @@ class mmap_ring {
     if (!options_.sync || from >= to) return;
     static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
     const std::size_t a = from / page * page;
-    if (::msync(base_ + a, to - a, MS_SYNC) != 0) checkpoint::throw_io_error("msync", path_, errno);
+    if (::msync(base_ + a, to - a, MS_SYNC) != 0) io::throw_io_error("msync", path_, errno);
   }
   // msync the record slots of sequences [from, to).
   void sync_records(std::uint64_t from, std::uint64_t to) {
@@ -475,7 +473,7 @@ class mmap_ring {
       const ::ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
       if (w < 0) {
         if (errno == EINTR) continue;
-        checkpoint::throw_io_error("write", path, errno);
+        io::throw_io_error("write", path, errno);
       }
       p += w;
       n -= static_cast<std::size_t>(w);
@@ -489,9 +487,9 @@ class mmap_ring {
       const ::ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
       if (r < 0) {
         if (errno == EINTR) continue;
-        checkpoint::throw_io_error("read", path, errno);
+        io::throw_io_error("read", path, errno);
       }
-      if (r == 0) checkpoint::throw_io_error("read", path, EIO);
+      if (r == 0) io::throw_io_error("read", path, EIO);
       p += r;
       n -= static_cast<std::size_t>(r);
       offset += static_cast<std::uint64_t>(r);
@@ -500,7 +498,7 @@ class mmap_ring {
 
   std::filesystem::path path_;
   mmap_ring_options options_{};
-  checkpoint::detail::unique_fd fd_;
+  io::unique_fd fd_;
   std::byte* base_ = nullptr;
   std::size_t map_bytes_ = 0;
   detail::mmap_ring_header header_{};

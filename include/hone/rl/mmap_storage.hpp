@@ -57,6 +57,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/hash.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/field_layout.hpp"
 #include "hone/rl/mmap_ring.hpp"
@@ -185,8 +186,8 @@ class mmap_records {
       if (r.user_tag() != signature) {
         throw checkpoint_error("hone: mmap_storage file '" + policy.path.string() +
                                "' holds records of another transition type (its field signature " +
-                               checkpoint::hex64(r.user_tag()) + " is not this buffer's " +
-                               checkpoint::hex64(signature) + ": " +
+                               io::hex64(r.user_tag()) + " is not this buffer's " +
+                               io::hex64(signature) + ": " +
                                replay_fields_text(replay_fields<Transition>()) +
                                "); open it with the transition it was written with, or use "
                                "another path");

@@ -155,7 +155,7 @@ class packed_records {
   /// Not available: the records hold no per-field arrays (see the top of this header).
   template <class F>
   void for_each_array(F&&) {
-    static_assert(checkpoint::detail::always_false<F>::value,
+    static_assert(!std::is_same_v<F, F>,  // false, but only when instantiated
                   "hone::packed_storage keeps each transition's fields together in one record, "
                   "so it has no per-field columns to save: hone::save_replay_buffer, "
                   "load_replay_buffer and replay_buffer::for_each_column need "

@@ -69,8 +69,6 @@
 #include <vector>
 
 #include "hone/checkpoint/directory.hpp"
-#include "hone/checkpoint/file_io.hpp"
-#include "hone/checkpoint/json.hpp"
 #include "hone/checkpoint/manifest.hpp"
 #include "hone/checkpoint/safetensors.hpp"
 #include "hone/checkpoint/state.hpp"
@@ -78,6 +76,10 @@
 #include "hone/checkpoint/verify.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/directory.hpp"
+#include "hone/io/dtype.hpp"
+#include "hone/io/file_io.hpp"
+#include "hone/io/json.hpp"
 #include "hone/rl/field_layout.hpp"
 #include "hone/rl/replay_buffer.hpp"
 
@@ -114,8 +116,8 @@ inline std::filesystem::path replay_parent(const std::filesystem::path& dir) {
 inline void clean_replay_leftovers(const std::filesystem::path& dir) {
   const std::filesystem::path parent = replay_parent(dir);
   const std::string name = replay_dir_name(dir);
-  const std::string fresh = std::string(checkpoint::temp_prefix) + name + "-";
-  const std::string old = std::string(checkpoint::temp_prefix) + "old-" + name + "-";
+  const std::string fresh = std::string(io::temp_prefix) + name + "-";
+  const std::string old = std::string(io::temp_prefix) + "old-" + name + "-";
   std::vector<std::filesystem::path> victims;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
@@ -127,14 +129,11 @@ inline void clean_replay_leftovers(const std::filesystem::path& dir) {
     if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string_view::npos) {
       continue;  // the temporary of another directory whose name starts the same way
     }
-    const long pid = checkpoint::detail::temp_owner(n);
-    if (pid > 0 && pid != static_cast<long>(::getpid()) && checkpoint::detail::process_alive(pid)) {
-      continue;  // a live save of another process
-    }
+    if (io::temp_owner_alive(n)) continue;  // a live save of another process
     victims.push_back(e.path());
   }
-  for (const auto& v : victims) checkpoint::detail::remove_tree(v);
-  if (!victims.empty()) checkpoint::sync_directory(parent);
+  for (const auto& v : victims) io::remove_tree(v);
+  if (!victims.empty()) io::sync_directory(parent);
 }
 
 [[noreturn]] inline void replay_load_fail(const std::filesystem::path& file,
@@ -150,13 +149,13 @@ struct replay_saved_state {
   std::vector<replay_field_desc> fields;
 };
 
-inline checkpoint::json::value field_list_json(const std::vector<replay_field_desc>& fields) {
-  namespace json = checkpoint::json;
+inline io::json::value field_list_json(const std::vector<replay_field_desc>& fields) {
+  namespace json = io::json;
   json::value list = json::value::array();
   for (const auto& f : fields) {
     json::value o = json::value::object();
     o.set("name", json::value(f.name));
-    o.set("dtype", json::value(checkpoint::dtype_name(f.type)));
+    o.set("dtype", json::value(io::dtype_name(f.type)));
     json::value shape = json::value::array();
     for (const std::uint64_t n : f.shape) shape.push_back(json::value(n));
     o.set("shape", std::move(shape));
@@ -166,7 +165,7 @@ inline checkpoint::json::value field_list_json(const std::vector<replay_field_de
 }
 
 inline replay_saved_state parse_replay_state(const std::filesystem::path& path) {
-  namespace json = checkpoint::json;
+  namespace json = io::json;
   const checkpoint::training_state ts = checkpoint::read_state(path);
   const json::value& d = ts.data;
   replay_saved_state out;
@@ -196,7 +195,7 @@ inline replay_saved_state parse_replay_state(const std::filesystem::path& path) 
     for (const auto& f : d.at("fields").as_array()) {
       replay_field_desc fd;
       fd.name = f.at("name").as_string();
-      const auto t = checkpoint::dtype_from_name(f.at("dtype").as_string());
+      const auto t = io::dtype_from_name(f.at("dtype").as_string());
       if (!t) replay_load_fail(path, "field \"" + fd.name + "\" has an unknown dtype");
       fd.type = *t;
       for (const auto& n : f.at("shape").as_array()) fd.shape.push_back(n.as_u64());
@@ -224,16 +223,16 @@ inline void commit_replay_dir(checkpoint::pending_checkpoint& pending,
     return;
   }
   pending.files().write(pending.file(checkpoint::files::manifest));
-  checkpoint::sync_directory(pending.temp_path());
+  io::sync_directory(pending.temp_path());
   if (::renameat2(AT_FDCWD, pending.temp_path().c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) ==
       0) {
-    checkpoint::sync_directory(replay_parent(dir));
+    io::sync_directory(replay_parent(dir));
     pending.abort();  // removes the temporary name, which now holds the previous save
     return;
   }
   const int err = errno;
   if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
-    checkpoint::throw_io_error("exchange with '" + dir.string() + "'", pending.temp_path(), err);
+    io::throw_io_error("exchange with '" + dir.string() + "'", pending.temp_path(), err);
   }
   pending.commit();  // two renames: the previous save is moved aside first
 }
@@ -269,7 +268,7 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
                          "path or remove it");
     }
   }
-  checkpoint::ensure_directory(detail::replay_parent(dir));
+  io::ensure_directory(detail::replay_parent(dir));
   detail::clean_replay_leftovers(dir);
 
   const std::vector<replay_field_desc> fields = replay_fields<Transition>();
@@ -299,7 +298,7 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
                   checkpoint::write_tensors(pw, pending.file(replay_files::priorities)));
     }
 
-    namespace json = checkpoint::json;
+    namespace json = io::json;
     checkpoint::training_state ts;
     ts.step = s.written;
     json::value d = json::value::object();
@@ -336,7 +335,7 @@ void load_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir, ec)) {
     std::string hint;
     const std::string old =
-        std::string(checkpoint::temp_prefix) + "old-" + detail::replay_dir_name(dir) + "-";
+        std::string(io::temp_prefix) + "old-" + detail::replay_dir_name(dir) + "-";
     for (const auto& e : std::filesystem::directory_iterator(detail::replay_parent(dir), ec)) {
       if (e.path().filename().string().starts_with(old)) {
         hint = "; a save was interrupted while replacing it: the previous save is '" +
@@ -404,10 +403,10 @@ void load_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
     shape.insert(shape.end(), f.shape.begin(), f.shape.end());
     if (t->type != f.type || t->shape != shape) {
       detail::replay_load_fail(
-          columns_path,
-          "tensor \"" + f.name + "\" is " + std::string(checkpoint::dtype_name(t->type)) + " " +
-              checkpoint::shape_string(t->shape) + ", expected " +
-              std::string(checkpoint::dtype_name(f.type)) + " " + checkpoint::shape_string(shape));
+          columns_path, "tensor \"" + f.name + "\" is " + std::string(io::dtype_name(t->type)) +
+                            " " + checkpoint::shape_string(t->shape) + ", expected " +
+                            std::string(io::dtype_name(f.type)) + " " +
+                            checkpoint::shape_string(shape));
     }
     tensors.push_back(t);
   }
@@ -423,8 +422,8 @@ void load_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
     }
     const checkpoint::tensor_file pf = checkpoint::tensor_file::open(ppath);
     const checkpoint::tensor_info* t = pf.find("priorities");
-    if (t == nullptr || t->type != checkpoint::dtype::f32 ||
-        t->shape != checkpoint::shape_type{capacity} || pf.tensors().size() != 1) {
+    if (t == nullptr || t->type != io::dtype::f32 || t->shape != checkpoint::shape_type{capacity} ||
+        pf.tensors().size() != 1) {
       detail::replay_load_fail(
           ppath, "must hold one tensor \"priorities\", F32 [" + std::to_string(capacity) + "]");
     }

@@ -1,0 +1,86 @@
+// hone/io/directory.hpp: the directory operations of hone's atomic writers (checkpoints, saved
+// replay buffers): creating a directory, removing a tree, and naming the temporary siblings that a
+// directory is written into before one rename makes it appear.
+//
+// A directory `D` is written as a temporary sibling `.tmp-D-PID` (PID: the writing process), then
+// renamed to `D`; a writer killed midway leaves the temporary behind. The PID in the name lets the
+// next writer tell what a dead process left (remove it) from what a live one is still writing
+// (keep it): temp_owner() reads it, temp_owner_alive() asks whether that process still runs.
+//
+// Errors: hone::io_error naming the path and errno's text (hone/io/file_io.hpp).
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "hone/core/config.hpp"
+#include "hone/io/file_io.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace io {
+
+/// Temporary directories (being written, or left by a killed writer) start with this prefix.
+inline constexpr std::string_view temp_prefix = ".tmp-";
+
+/// The temporary sibling that `final_path` is written into by this process:
+/// parent/.tmp-<tag><name>-<pid> (`tag` tells apart several temporaries of one directory, e.g.
+/// "old-" for the previous version moved aside).
+[[nodiscard]] inline std::filesystem::path temp_sibling(const std::filesystem::path& final_path,
+                                                        std::string_view tag = {}) {
+  const std::filesystem::path parent =
+      final_path.parent_path().empty() ? std::filesystem::path(".") : final_path.parent_path();
+  return parent / (std::string(temp_prefix) + std::string(tag) + final_path.filename().string() +
+                   "-" + std::to_string(static_cast<long>(::getpid())));
+}
+
+/// Whether process `pid` exists (also when it belongs to another user: EPERM).
+[[nodiscard]] inline bool process_alive(long pid) noexcept {
+  if (pid <= 0) return false;
+  if (pid == static_cast<long>(::getpid())) return true;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+/// The pid at the end of a temporary name (".tmp-...-4242" gives 4242), or -1 when the name does
+/// not end with "-<digits>".
+[[nodiscard]] inline long temp_owner(std::string_view name) noexcept {
+  const auto dash = name.rfind('-');
+  if (dash == std::string_view::npos) return -1;
+  long pid = -1;
+  const auto [end, ec] = std::from_chars(name.data() + dash + 1, name.data() + name.size(), pid);
+  if (ec != std::errc{} || end != name.data() + name.size()) return -1;
+  return pid;
+}
+
+/// Whether the temporary called `name` belongs to a live process other than this one, which may
+/// still be writing it (a cleaner keeps it). False for this process's own temporaries and for
+/// names without a pid.
+[[nodiscard]] inline bool temp_owner_alive(std::string_view name) noexcept {
+  const long pid = temp_owner(name);
+  return pid > 0 && pid != static_cast<long>(::getpid()) && process_alive(pid);
+}
+
+/// Removes `p` and everything under it (nothing when it does not exist); io_error when it cannot.
+inline void remove_tree(const std::filesystem::path& p) {
+  std::error_code ec;
+  std::filesystem::remove_all(p, ec);
+  if (ec) throw_io_error("remove", p, ec.value());
+}
+
+/// Creates `root` (and its parents) when missing; io_error when it cannot, or when `root` exists
+/// and is not a directory.
+inline void ensure_directory(const std::filesystem::path& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) throw_io_error("create the directory", root, ec.value());
+  if (!std::filesystem::is_directory(root)) throw_io_error("use the directory", root, ENOTDIR);
+}
+
+}  // namespace io
+HONE_NAMESPACE_END
