@@ -1,0 +1,127 @@
+// Tests of hone/io/file_io.hpp: errors that name the path and the cause, the digest that
+// output_file computes while writing, and the descriptor-level functions.
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <hone/io/error.hpp>
+#include <hone/io/file_io.hpp>
+#include <hone/io/hash.hpp>
+
+#include "io_helpers.hpp"
+
+namespace io = hone::io;
+namespace fs = std::filesystem;
+using namespace io_test;
+
+// ---- file I/O
+// ------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(io_errors_name_the_path_and_the_cause) {
+  if (fs::exists("/dev/full")) {
+    io::output_file out("/dev/full");
+    const bytes block(1 << 16);
+    try {
+      out.write(block);
+      BOOST_ERROR("writing to /dev/full did not fail");
+    } catch (const hone::io_error& e) {
+      const std::string msg = e.what();
+      BOOST_TEST(msg.find("'/dev/full'") != std::string::npos, msg);
+      BOOST_TEST(msg.find("disk full") != std::string::npos, msg);
+    }
+  }
+  temp_dir dir;
+  try {
+    io::output_file out(dir / "missing-dir" / "x");
+    BOOST_ERROR("creating a file in a missing directory did not fail");
+  } catch (const hone::io_error& e) {
+    BOOST_TEST(std::string(e.what()).find("missing-dir/x'") != std::string::npos, e.what());
+  }
+  io::write_file(dir / "f", "hello");
+  io::rename_path(dir / "f", dir / "g");
+  io::rename_path(dir / "g", dir / "f");
+  BOOST_CHECK_THROW(io::rename_path(dir / "absent", dir / "h"), hone::io_error);
+  BOOST_CHECK_THROW(io::output_file(dir / "f", io::create_mode::exclusive), hone::io_error);
+  const io::input_file in(dir / "f");
+  bytes b(10);
+  expect_checkpoint_error([&] { in.read_at(0, b); }, {"is truncated"});
+  BOOST_CHECK_THROW(io::read_small_file(dir / "f", 4), hone::checkpoint_error);
+  BOOST_TEST(io::read_small_file(dir / "f", 5) == "hello");
+  BOOST_CHECK_THROW(io::input_file(dir.path), hone::io_error);  // a directory
+}
+
+BOOST_AUTO_TEST_CASE(output_file_digest_is_the_file_hash) {
+  temp_dir dir;
+  // More than one hashing block (io::hash_io_bytes), written in uneven pieces.
+  const auto data = pattern<std::uint8_t>(2 * io::hash_io_bytes + 12345, 7);
+  const auto all = std::as_bytes(std::span(data));
+  io::output_file out(dir / "a");
+  for (std::size_t i = 0; i < all.size(); i += 300001) {
+    out.write(all.subspan(i, std::min<std::size_t>(300001, all.size() - i)));
+  }
+  out.sync();
+  const io::file_digest written = out.close();
+  BOOST_TEST(written.size == all.size());
+  BOOST_TEST((written.hash == io::hash128(all)));
+  BOOST_TEST((io::hash_file(dir / "a") == written));
+  BOOST_TEST(!out.is_open());
+  // Without hashing the size is still counted and the hash is left zero.
+  io::output_file unhashed(dir / "b", io::create_mode::truncate, io::write_hashing::off);
+  unhashed.write(all);
+  const io::file_digest d = unhashed.close();
+  BOOST_TEST(d.size == all.size());
+  BOOST_TEST((d.hash == io::digest128{}));
+  BOOST_TEST((io::hash_file(dir / "b") == written));
+  // mapped_file sees the same bytes; an empty file maps to an empty view.
+  const io::mapped_file m(dir / "b");
+  BOOST_TEST(m.size() == all.size());
+  BOOST_TEST(std::equal(m.bytes().begin(), m.bytes().end(), all.begin(), all.end()));
+  BOOST_TEST((io::write_file(dir / "empty", "") == io::file_digest{0, io::hash128({})}));
+  BOOST_TEST(io::mapped_file(dir / "empty").bytes().empty());
+}
+
+BOOST_AUTO_TEST_CASE(content_errors_are_format_errors_and_checkpoint_errors) {
+  static_assert(std::is_base_of_v<hone::checkpoint_error, io::format_error>,
+                "io::format_error must stay a checkpoint_error: existing catch sites rely on it");
+  temp_dir dir;
+  io::write_file(dir / "f", "0123456789");
+  BOOST_CHECK_THROW(io::read_small_file(dir / "f", 9), io::format_error);
+  std::byte b[4];
+  BOOST_CHECK_THROW(io::input_file(dir / "f").read_at(8, b), io::format_error);
+  expect_checkpoint_error([&] { (void)io::read_small_file(dir / "f", 9); },
+                          {"'" + (dir / "f").string() + "'", "10 bytes", "more than the 9"});
+}
+
+BOOST_AUTO_TEST_CASE(descriptor_functions_name_the_path) {
+  temp_dir dir;
+  try {
+    (void)io::open_or_throw(dir / "absent", O_RDONLY, "open for the test");
+    BOOST_ERROR("opening a missing file did not fail");
+  } catch (const hone::io_error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("cannot open for the test '") != std::string::npos, msg);
+    BOOST_TEST(msg.find("absent'") != std::string::npos, msg);
+  }
+  io::unique_fd fd = io::open_or_throw(dir / "g", O_WRONLY | O_CREAT, "create", 0644);
+  BOOST_TEST(static_cast<bool>(fd));
+  io::fsync_or_throw(fd.get(), dir / "g");
+  BOOST_TEST(io::regular_file_size(fd.get(), dir / "g") == 0u);
+  io::unique_fd moved = std::move(fd);
+  BOOST_TEST(!fd);  // NOLINT(bugprone-use-after-move): a moved-from descriptor is empty
+  BOOST_TEST(moved.close() == 0);
+  BOOST_TEST(!moved);
+  BOOST_TEST(moved.close() == 0);  // closing twice is a no-op
+  io::unique_fd d = io::open_or_throw(dir.path, O_RDONLY | O_DIRECTORY, "open");
+  BOOST_CHECK_THROW((void)io::regular_file_size(d.get(), dir.path), hone::io_error);
+  io::sync_directory(dir.path);
+  BOOST_CHECK_THROW(io::sync_directory(dir / "absent"), hone::io_error);
+}
