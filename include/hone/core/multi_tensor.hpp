@@ -2,7 +2,9 @@
 // `depth` parallel lists (for AdamW: params, grads, exp_avg, exp_avg_sq); entry t of every list
 // has the same number of elements. for_each / transform_reduce run one element functor over all
 // of them in a single pass, chunked across oneTBB workers (the CPU twin of apex's and PyTorch's
-// multi_tensor_apply, which core/cuda/multi_tensor_apply.cuh provides on the GPU).
+// multi_tensor_apply, which core/cuda/multi_tensor_apply.cuh provides on the GPU). Each chunk runs
+// the inner loop of core/parallel.hpp: the functor's vector form where it offers one (hone's
+// optimizer functors do; their steps over arenas are this very loop), else the element loop.
 //
 // The lists hold raw pointers only: they work for host and device memory alike.
 #pragma once
@@ -114,7 +116,10 @@ inline R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c
 }  // namespace detail
 
 /// Runs `op(a[i], b[i], ...)` over every element of every tensor of the lists (host memory), in
-/// chunks of tuning.grain elements spread over oneTBB workers.
+/// chunks of tuning.grain elements spread over oneTBB workers. A functor with a vector form
+/// (`template <class V> void apply(V&...) const`, see core/detail/simd.hpp) runs it on SIMD
+/// registers when every list holds float (inputs may be bfloat16 or half); then every element,
+/// the tail of a tensor included, takes that form and gets the same bits wherever it sits.
 template <class Op, class... Ts>
 void for_each(const tensor_lists<Ts...>& lists, const Op& op, host_tuning tuning = {}) {
   static_assert(std::is_invocable_v<const Op&, Ts&...>,

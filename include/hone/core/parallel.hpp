@@ -1,7 +1,15 @@
 // hone/core/parallel.hpp: the CPU backend. Element-wise math is written once as a functor
 // (HONE_HOST_DEVICE, taking one element reference per array); this header runs it over arrays in
-// chunks on oneTBB workers with an inner loop the compiler vectorizes. The CUDA backend
-// (core/cuda/multi_tensor_apply.cuh) runs the very same functor.
+// chunks on oneTBB workers. The CUDA backend (core/cuda/multi_tensor_apply.cuh) runs the very same
+// functor.
+//
+// The inner loop of a chunk takes one of two forms, chosen at compile time per functor:
+// - the vector form, when the functor offers `template <class V> void apply(V&...) const` and
+//   every array holds float (inputs may also be bfloat16 or half): one SIMD register per array
+//   per step (detail::simd_apply_range, core/detail/simd.hpp), the way hone's optimizers run;
+// - otherwise an element loop written for the auto-vectorizer: the functor and the pointers are
+//   copied into locals (restrict-qualified), so no store of the loop can alias them and each
+//   iteration is the inlined functor on `p[i]...`.
 //
 // Thread count: these functions run in the caller's oneTBB arena, so
 // `tbb::task_arena(4).execute([&]{ hone::for_each(...); })` limits them to 4 threads.
@@ -14,9 +22,12 @@
 
 #include <array>
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "hone/core/config.hpp"
+#include "hone/core/detail/simd.hpp"
 
 // Tells g++ the arrays of one loop never overlap, so the loop vectorizes without runtime alias
 // checks. clang gets the same from the __restrict__ parameters; its explicit loop pragmas are not
@@ -57,11 +68,33 @@ struct plus {
 };
 
 namespace detail {
+/// The element loop of a chunk: `op(p[i]...)` for i in [begin, end). The functor is copied into a
+/// local when it is trivially copyable (through the caller's reference, a store to an output
+/// array could rewrite its coefficients as far as the compiler knows, which forces a reload of
+/// each one in every iteration and can keep the loop scalar); the pointers arrive as restrict
+/// parameters, so the arrays need no runtime overlap check.
 template <class Op, class... Ts>
-HONE_VECTORIZE_FUNCTION void apply_range(const Op& op, std::size_t begin, std::size_t end,
-                                         Ts* HONE_RESTRICT... p) {
-  HONE_PRAGMA_VECTORIZE
-  for (std::size_t i = begin; i < end; ++i) op(p[i]...);
+HONE_VECTORIZE_FUNCTION void element_range(const Op& op_in, std::size_t begin, std::size_t end,
+                                           Ts* HONE_RESTRICT... p) {
+  if constexpr (std::is_trivially_copyable_v<Op>) {
+    const Op op = op_in;
+    HONE_PRAGMA_VECTORIZE
+    for (std::size_t i = begin; i < end; ++i) op(p[i]...);
+  } else {
+    HONE_PRAGMA_VECTORIZE
+    for (std::size_t i = begin; i < end; ++i) op_in(p[i]...);
+  }
+}
+
+/// One chunk [begin, end) of arrays `p...`: the functor's vector form where it has one for these
+/// element types (simd_functor), else the element loop.
+template <class Op, class... Ts>
+HONE_FORCEINLINE void apply_range(const Op& op, std::size_t begin, std::size_t end, Ts*... p) {
+  if constexpr (simd_functor<Op, Ts...>) {
+    simd_apply_range(op, begin, end, std::tuple<Ts*...>(p...), std::index_sequence_for<Ts...>{});
+  } else {
+    element_range(op, begin, end, p...);
+  }
 }
 
 /// Number of independent partial sums of a reduction's inner loop: one AVX-512 vector of floats.
