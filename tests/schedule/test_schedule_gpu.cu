@@ -1,7 +1,8 @@
 // GPU test (label gpu): every schedule's lr() evaluated in a kernel equals its host evaluation.
 // Exits 77 (skipped) without a CUDA device.
 //
-// The host values are themselves checked against the peers' formulas by test_schedule.cpp. The
+// The host values are themselves checked against the peers' formulas by the host tests of this
+// folder (test_linear_warmup.cpp, test_cosine.cpp, test_one_cycle.cpp, test_wsd.cpp). The
 // device may differ in the last bits (CUDA's double cos is within 2 ulp, and nvcc contracts
 // a * b + c into fma), so the comparison allows 1e-14 of the schedule's peak learning rate, a
 // few ulp of the largest term in any of the formulas.
