@@ -232,6 +232,23 @@ void check_offload_matches_plain(int steps, int poison_at, Policies... policies)
     BOOST_TEST(same_bits(ps[t], os[t]), "optimizer state tensor " << t);
   }
 }
+
+/// A gradient reduction that halves the gradients (a mean over two ranks whose peer contributed
+/// zeros), with the host and the CUDA member function: the same policy for both trainers.
+struct halve_gradients {
+  using role = hone::roles::gradient_reduction;
+  struct halve {
+    __host__ __device__ void operator()(float& g) const { g *= 0.5f; }
+  };
+  void reduce(std::span<float> g) const {
+    for (float& x : g) x *= 0.5f;
+  }
+  void reduce(hone::device_span<float> g, cudaStream_t stream) const {
+    hone::tensor_lists<float> lists;
+    lists.add(g.size(), g.data());
+    hone::for_each(hone::cuda_exec{stream}, lists, halve{});
+  }
+};
 }  // namespace
 
 BOOST_TEST_GLOBAL_FIXTURE(gpu_fixture);
@@ -298,4 +315,13 @@ BOOST_AUTO_TEST_CASE(fp16_dynamic_scale_with_an_injected_inf) {
   check_parity<hone::half>(
       12, 4, hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}},
       hone::adamw{}, hone::accumulate::steps<2>{}, hone::constant_lr{.base_lr = 0.01});
+}
+
+// The gradient reduction role on the device: the reduced gradients feed the norm, the clipping
+// coefficient, the inf check (an inf injected at step 4) and the update, as on the host.
+BOOST_AUTO_TEST_CASE(fp16_gradient_reduction_with_l2_clipping_and_an_injected_inf) {
+  check_parity<hone::half>(
+      12, 4, hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}},
+      hone::adamw{}, hone::accumulate::steps<2>{}, hone::clip_grad_norm{.max_norm = 0.3f},
+      halve_gradients{}, hone::constant_lr{.base_lr = 0.01});
 }
