@@ -1,16 +1,20 @@
-"""Conan 2 recipe for hone, a header-only C++20 library.
+"""Conan 2 recipe for hone, a header-only C++20 library, and its command-line tools.
 
     conan create . -pr:h default -pr:h packaging/conan/profiles/debian12 -pr:b default -nr
 
-creates the package offline against the distribution's oneTBB, xtensor, xsimd, zstd, xxHash and Open MPI
+creates the package offline against the distribution's oneTBB, zstd, xxHash, xtensor and Open MPI
 (declared as [platform_requires] in that profile); without the second profile the dependencies
 come from a remote (ConanCenter) as usual. See docs/install.md.
 
-Options map to components (CMake targets of the generated hone-config.cmake):
-    (always)   hone::hone  (component "hone")
-    cuda=True  hone::cuda  (component "cuda", defines HONE_WITH_CUDA=1, CUDA::cudart)
-    mpi=True   hone::mpi   (component "mpi",  defines HONE_WITH_MPI=1, MPI)
-    nccl=True  hone::nccl  (component "nccl", defines HONE_WITH_NCCL=1, NCCL; needs cuda=True)
+Options map to components (CMake targets of the generated hone-config.cmake, whose root target
+hone::all links them all, as the one of hone's own CMake package does):
+    (always)      hone::hone     (component "hone")
+    xtensor=True  hone::xtensor  (component "xtensor", defines HONE_WITH_XTENSOR=1, xtensor)
+    cuda=True     hone::cuda     (component "cuda", defines HONE_WITH_CUDA=1, CUDA::cudart)
+    mpi=True      hone::mpi      (component "mpi",  defines HONE_WITH_MPI=1, MPI)
+    nccl=True     hone::nccl     (component "nccl", defines HONE_WITH_NCCL=1, NCCL; needs cuda=True)
+    tools=True    bin/hone-ckpt and bin/hone-info, built with CMake (the default; with
+                  tools=False the package is headers only, one package for every configuration)
 """
 
 import os
@@ -20,6 +24,7 @@ import textwrap
 from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
 from conan.tools.files import copy, load, save
 
 required_conan_version = ">=2.0.5"
@@ -38,12 +43,8 @@ _MODULES = {
         target_link_libraries(hone::hone INTERFACE TBB::tbb)
         """,
     "xtensor": """\
-        find_package(xtensor CONFIG REQUIRED)
-        target_link_libraries(hone::hone INTERFACE xtensor)
-        """,
-    "xsimd": """\
-        find_package(xsimd CONFIG REQUIRED)
-        target_link_libraries(hone::hone INTERFACE xsimd)
+        find_package(xtensor 0.24 CONFIG REQUIRED)
+        target_link_libraries(hone::xtensor INTERFACE xtensor)
         """,
     "zstd": """\
         find_package(zstd CONFIG REQUIRED)
@@ -83,18 +84,29 @@ _MODULES = {
 }
 
 
+# Components, in the order hone's CMake package lists them.
+_COMPONENTS = ("xtensor", "cuda", "mpi", "nccl")
+
+
 class HoneConan(ConanFile):
     name = "hone"
     description = "Fast, lean C++ training loops: policies for your own model"
     license = "MIT"
+    # The same address as project(hone HOMEPAGE_URL ...) in CMakeLists.txt (tests/package checks).
+    homepage = "https://github.com/hone-ml/hone"
+    url = homepage  # the recipe lives in the project's repository
     topics = ("machine-learning", "training", "header-only", "cuda", "tbb")
-    package_type = "header-library"
+    # Headers and executables: not one of Conan's package types. configure() makes it a
+    # header-library when the tools are not built.
+    package_type = "unknown"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"cuda": [True, False], "mpi": [True, False], "nccl": [True, False]}
-    default_options = {"cuda": False, "mpi": False, "nccl": False}
-    # Headers only (not editor or temporary files that may sit next to them).
-    exports_sources = ("include/*.hpp", "include/*.cuh", "include/*.h", "cmake/FindNCCL.cmake",
-                       "cmake/FindxxHash.cmake", "LICENSE")
+    options = {"tools": [True, False], "xtensor": [True, False], "cuda": [True, False],
+               "mpi": [True, False], "nccl": [True, False]}
+    default_options = {"tools": True, "xtensor": False, "cuda": False, "mpi": False,
+                       "nccl": False}
+    # The headers, and what builds the tools (not editor or temporary files that may sit there).
+    exports_sources = ("include/*.hpp", "include/*.cuh", "include/*.h", "CMakeLists.txt",
+                       "cmake/*", "tools/*", "LICENSE")
     no_copy_source = True
 
     def set_version(self):
@@ -107,29 +119,76 @@ class HoneConan(ConanFile):
             raise ConanInvalidConfiguration("CMakeLists.txt has no project(hone VERSION x.y.z)")
         self.version = match.group(1)
 
+    def configure(self):
+        if not self.options.tools:
+            self.package_type = "header-library"
+
+    def layout(self):
+        cmake_layout(self, src_folder=".")
+
     def requirements(self):
-        # Ranges that hold the Debian 12 versions (onetbb 2021.8.0, xtensor 0.24.3, xsimd 8.1.0,
-        # zstd 1.5.4, xxhash 0.8.1, openmpi 4.1.4) and the matching ConanCenter ones.
+        # Ranges that hold the Debian 12 versions (onetbb 2021.8.0, zstd 1.5.4, xxhash 0.8.1,
+        # xtensor 0.24.3, openmpi 4.1.4) and the matching ConanCenter ones.
         self.requires("onetbb/[>=2021.8.0 <2023]")
-        self.requires("xtensor/[>=0.24.3 <0.25]")
-        self.requires("xsimd/[>=8.1.0 <11]")
         self.requires("zstd/[>=1.5.4 <1.6]")
         # xxHash: XXH3-128 checkpoint hashes (used header-only).
         self.requires("xxhash/[>=0.8.1 <0.9]")
+        if self.options.xtensor:
+            self.requires("xtensor/[>=0.24.3 <0.25]")
         if self.options.mpi:
             self.requires("openmpi/[>=4.1.4 <6]")
 
     def validate(self):
         check_min_cppstd(self, 20)
+        if self.settings.os != "Linux":
+            # docs/install.md, "Platform", names the Linux-only parts.
+            raise ConanInvalidConfiguration(
+                "hone supports Linux only: its checkpoint, io and replay-storage headers use "
+                "POSIX file APIs (mmap, fsync of directories, pread/pwrite, posix_fallocate) and "
+                f"Linux-only calls (renameat2 with RENAME_EXCHANGE), not available on "
+                f"{self.settings.os}")
         if self.options.nccl and not self.options.cuda:
             raise ConanInvalidConfiguration("hone/*:nccl=True needs hone/*:cuda=True")
 
     def package_id(self):
-        # Header-only: one package for every configuration (options only select components).
-        self.info.clear()
+        if not self.info.options.tools:
+            # Headers only: one package for every configuration.
+            self.info.clear()
+            return
+        # The tools depend on the settings, not on the components: those only select what
+        # package_info() declares, so every option set shares one binary package.
+        for option in _COMPONENTS:
+            delattr(self.info.options, option)
+        for dep in ("xtensor", "openmpi"):
+            if dep in self.info.requires.pkg_names:
+                self.info.requires.remove(dep)
+
+    def generate(self):
+        if not self.options.tools:
+            return
+        tc = CMakeToolchain(self)
+        # Only the tools: no component, test, example or benchmark (hone's option() defaults).
+        for variable in ("HONE_ENABLE_XTENSOR", "HONE_ENABLE_CUDA", "HONE_ENABLE_MPI",
+                         "HONE_ENABLE_NCCL", "HONE_BUILD_TESTS", "HONE_BUILD_EXAMPLES",
+                         "HONE_BUILD_BENCH", "HONE_BUILD_FUZZERS"):
+            tc.cache_variables[variable] = False
+        tc.cache_variables["HONE_BUILD_TOOLS"] = True
+        tc.cache_variables["HONE_INSTALL"] = True
+        tc.generate()
+        CMakeDeps(self).generate()
+
+    def build(self):
+        if not self.options.tools:
+            return
+        cmake = CMake(self)
+        cmake.configure()
+        cmake.build()
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
+        if self.options.tools:
+            # bin/hone-ckpt, bin/hone-info: hone's install component "tools".
+            CMake(self).install(component="tools")
         for pattern in ("*.hpp", "*.cuh", "*.h"):
             copy(self, pattern, os.path.join(self.source_folder, "include"),
                  os.path.join(self.package_folder, "include"))
@@ -154,25 +213,39 @@ class HoneConan(ConanFile):
     def package_info(self):
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
+        # find_package(hone) finds the generated hone-config.cmake. Its package-wide target is
+        # hone::all, a name hone's own CMake package defines too (hone::hone and the components
+        # found); the component targets are hone::hone, hone::xtensor, hone::cuda, ...
         self.cpp_info.set_property("cmake_file_name", "hone")
-        # The package-wide target; the component targets are hone::hone, hone::cuda, ...
         self.cpp_info.set_property("cmake_target_name", "hone::all")
 
         modules = []
 
         core = self.cpp_info.components["hone"]
         core.set_property("cmake_target_name", "hone::hone")
-        core.bindirs = []
+        core.bindirs = ["bin"] if self.options.tools else []
         core.libdirs = []
         # A component may only require Conan-provided packages: CMakeDeps rejects a requirement on
         # a platform one, which its build module links instead.
         core.requires = []
-        for dep, component in (("onetbb", "libtbb"), ("xtensor", "xtensor"), ("xsimd", "xsimd"),
-                               ("zstd", "zstdlib"), ("xxhash", "libxxhash")):
+        for dep, component in (("onetbb", "libtbb"), ("zstd", "zstdlib"),
+                               ("xxhash", "libxxhash")):
             if self._system_provided(dep):
                 modules.append(dep)
             else:
                 core.requires.append(f"{dep}::{component}")
+
+        if self.options.xtensor:
+            xtensor = self.cpp_info.components["xtensor"]
+            xtensor.set_property("cmake_target_name", "hone::xtensor")
+            xtensor.bindirs = []
+            xtensor.libdirs = []
+            xtensor.defines = ["HONE_WITH_XTENSOR=1"]
+            xtensor.requires = ["hone"]
+            if self._system_provided("xtensor"):
+                modules.append("xtensor")
+            else:
+                xtensor.requires.append("xtensor::xtensor")
 
         if self.options.cuda:
             cuda = self.cpp_info.components["cuda"]

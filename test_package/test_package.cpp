@@ -1,5 +1,5 @@
 // Conan test_package: compiles against the packaged headers, links the dependencies hone's
-// targets carry (oneTBB, zstd; CUDA runtime, MPI, NCCL for the components) and runs.
+// targets carry (oneTBB, zstd; xtensor, CUDA runtime, MPI, NCCL for the components) and runs.
 #include <hone/hone.hpp>
 
 #include <oneapi/tbb/version.h>
@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <string>
 
+#if defined(HONE_WITH_XTENSOR)
+#include <hone/xtensor/adapt.hpp>
+#endif
 #if defined(HONE_WITH_CUDA)
 #include <cuda_runtime_api.h>
 #endif
@@ -35,6 +38,15 @@ int main() {
   int nccl_version = 0;
   if (ncclGetVersion(&nccl_version) != ncclSuccess) return 1;
   components += " nccl";
+#endif
+#if defined(HONE_WITH_XTENSOR)
+  // An arena slot as a 2 x 2 xtensor view: a write through it lands in the arena.
+  hone::arena_layout layout(sizeof(float));
+  layout.add("w", 4);
+  hone::arena<float> arena(layout);
+  hone::xtensor::adapt(arena, "w", {2, 2})(1, 0) = 3.0f;
+  if (arena.view("w")[2] != 3.0f) return 1;
+  components += " xtensor";
 #endif
   try {
     throw hone::config_error("test_package");

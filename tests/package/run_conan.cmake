@@ -1,6 +1,7 @@
-# Package test driver: `conan create` of hone's recipe, offline, with the dependencies this
-# machine provides declared as [platform_requires]; then `conan test` of test_package/ for the other
-# option sets.
+# Package test driver: `conan create` of hone's recipe (headers and tools), offline, with the
+# dependencies this machine provides declared as [platform_requires]; then `conan test` of
+# test_package/ for the other option sets, which reuse the created package (the components do not
+# change its package id). test_package runs the packaged hone-info and hone-ckpt too.
 #   cmake -DCONAN=<conan> -DHONE_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX_COMPILER=...
 #         -DHONE_VERSION=x.y.z -DPLATFORM_REQUIRES=onetbb/2021.8.0|... -DOPTION_SETS=...
 #         -P run_conan.cmake
@@ -83,7 +84,7 @@ function(hone_pkg_conan_options set args_var regex_var)
       list(APPEND _args -o "hone/*:${_option}")
     endforeach()
   endif()
-  foreach(_comp IN ITEMS cuda mpi nccl)
+  foreach(_comp IN ITEMS cuda mpi nccl xtensor)
     if("${_comp}=True" IN_LIST _options)
       string(APPEND _enabled " ${_comp}")
     endif()

@@ -9,6 +9,10 @@
 #   VERSION                version the consumer asks for (default 0.1)
 #   COMPONENTS             '|'-separated required components
 #   OPTIONAL_COMPONENTS    '|'-separated optional components
+#   CONSUMER_OPTIONS       '|'-separated -D settings for the consumer's configure
+#                          (CMAKE_DISABLE_FIND_PACKAGE_xtensor=ON: a machine without xtensor)
+#   INSTALLED_FILES        '|'-separated files (relative to PREFIX) the installation must hold
+#   RUN_TOOLS=ON           the installed bin/hone-info and bin/hone-ckpt must run
 #   EXPECT_CONFIGURE_ERROR the consumer's configure must fail with output matching this regex
 #   EXPECT_OUTPUT          regex the consumer's output must match (default: "consumer OK")
 cmake_minimum_required(VERSION 3.25)
@@ -26,6 +30,8 @@ endif()
 hone_pkg_list(HONE_OPTIONS)
 hone_pkg_list(COMPONENTS)
 hone_pkg_list(OPTIONAL_COMPONENTS)
+hone_pkg_list(CONSUMER_OPTIONS)
+hone_pkg_list(INSTALLED_FILES)
 
 if(INSTALL)
   # A fresh, separate build of the source: the test does not depend on the state of the build
@@ -65,6 +71,19 @@ endif()
 if(NOT EXISTS "${PREFIX}/share/cmake/hone/honeConfig.cmake")
   message(FATAL_ERROR "no hone installation in ${PREFIX}")
 endif()
+foreach(_file IN LISTS INSTALLED_FILES)
+  if(NOT EXISTS "${PREFIX}/${_file}")
+    message(FATAL_ERROR "the installation lacks ${_file}")
+  endif()
+endforeach()
+if(RUN_TOOLS)
+  hone_pkg_run(hone-info COMMAND "${PREFIX}/bin/hone-info" OUTPUT_VARIABLE _out)
+  if(NOT _out MATCHES "^hone [0-9]+\\.[0-9]+\\.[0-9]+ ")
+    message(FATAL_ERROR "[hone-info] the installed tool printed no version")
+  endif()
+  hone_pkg_run(hone-ckpt-usage COMMAND "${PREFIX}/bin/hone-ckpt"
+               EXPECT_FAILURE "usage: hone-ckpt info DIR")
+endif()
 
 set(_consumer_build "${WORK_DIR}/consumer-build")
 file(REMOVE_RECURSE "${_consumer_build}")
@@ -76,6 +95,9 @@ set(_configure_consumer
     ${HONE_PKG_CONFIGURE_ARGS} "-DCMAKE_PREFIX_PATH=${PREFIX}" "-DHONE_EXPECTED_PREFIX=${PREFIX}"
     "-DHONE_CONSUMER_VERSION=${VERSION}" "-DHONE_CONSUMER_COMPONENTS=${_components}"
     "-DHONE_CONSUMER_OPTIONAL_COMPONENTS=${_optional}")
+foreach(_setting IN LISTS CONSUMER_OPTIONS)
+  list(APPEND _configure_consumer "-D${_setting}")
+endforeach()
 
 if(EXPECT_CONFIGURE_ERROR)
   hone_pkg_run(configure-consumer COMMAND ${_configure_consumer}
