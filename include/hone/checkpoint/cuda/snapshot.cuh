@@ -31,16 +31,19 @@
 // their device stager and loader (the one front is written once there), and the every_n_steps
 // policy then checkpoints a CUDA trainer too. capture() stages the fp32 master weights (or the
 // export dtype), every optimizer state arena and the same state.json as the host trainer, on the
-// trainer's stream; restore() verifies the directory, reads the tensors into pinned host memory,
-// copies them to the device on the trainer's stream, publishes the working weights and synchronizes
-// once. The files are the host trainer's: a checkpoint of one restores into the other.
+// trainer's stream; restore() verifies the directory, reads each tensor into host memory, copies
+// it to the device on the trainer's stream through two bounded pinned staging buffers (2 x 32 MiB
+// whatever the checkpoint's size), publishes the working weights and synchronizes once. The files
+// are the host trainer's: a checkpoint of one restores into the other.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -281,13 +284,24 @@ class trainer_stager<true> {
   std::size_t weights_tag_;
 };
 
-/// restore()'s loader for a CUDA trainer: each tensor is read into pinned host memory that
-/// outlives its stream-ordered copy to the device; finish() synchronizes the stream once.
+/// restore()'s loader for a CUDA trainer: each tensor is read (and converted to its arena's dtype)
+/// into host memory, then copied to the device through two pinned staging buffers of at most
+/// `staging_bytes` each, alternating, on the trainer's stream: the pinned memory a restore takes
+/// is bounded (2 x 32 MiB by default) whatever the checkpoint's size, and a chunk's copy overlaps
+/// the memcpy into the other buffer. finish() synchronizes the stream once.
 template <>
 class trainer_loader<true> {
  public:
+  static constexpr std::size_t default_staging_bytes = std::size_t{32} << 20;
+
   template <class Trainer>
-  explicit trainer_loader(Trainer& t) noexcept : stream_(t.exec().stream) {}
+  explicit trainer_loader(Trainer& t, std::size_t staging_bytes = default_staging_bytes)
+      : stream_(t.exec().stream), chunk_(staging_bytes) {
+    require(chunk_ > 0, "hone::checkpoint::restore (CUDA): the staging size must be positive");
+    for (cudaEvent_t& e : copied_) {
+      HONE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
   trainer_loader(const trainer_loader&) = delete;
   trainer_loader& operator=(const trainer_loader&) = delete;
   ~trainer_loader() {
@@ -295,6 +309,7 @@ class trainer_loader<true> {
       (void)cudaStreamSynchronize(stream_);
       (void)cudaGetLastError();
     }
+    for (cudaEvent_t e : copied_) (void)cudaEventDestroy(e);
   }
 
   void load_weights(const tensor_file& f, const std::string& name, device_span<float> out) {
@@ -313,23 +328,48 @@ class trainer_loader<true> {
     HONE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  /// The largest pinned allocation one staging buffer has reached (at most the staging size).
+  [[nodiscard]] std::size_t staging_capacity() const noexcept {
+    return std::max(staging_[0].size(), staging_[1].size());
+  }
+
  private:
-  /// Reads tensor `name` of `f` (converting its dtype to T) into pinned memory and copies it to
-  /// the `count` elements at `device`, stream-ordered.
+  /// Reads tensor `name` of `f` (converting its dtype to T) and copies it to the `count` elements
+  /// at `device`, stream-ordered, chunk by chunk through the staging buffers.
   template <class T>
   void load(const tensor_file& f, const std::string& name, T* device, std::size_t count) {
-    buffer<std::byte, pinned_host_space> host(count * sizeof(T));  // page aligned
-    f.read_into(name, std::span<T>(reinterpret_cast<T*>(host.data()), count));
-    if (count != 0) {
-      HONE_CUDA_CHECK(
-          cudaMemcpyAsync(device, host.data(), count * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    std::vector<T> host(count);
+    f.read_into(name, std::span<T>(host));
+    const auto* src = reinterpret_cast<const std::byte*>(host.data());
+    auto* dst = reinterpret_cast<std::byte*>(device);
+    std::size_t left = count * sizeof(T);
+    while (left > 0) {
+      const std::size_t k = next_;
+      next_ ^= 1U;
+      if (in_flight_[k]) HONE_CUDA_CHECK(cudaEventSynchronize(copied_[k]));  // buffer k is free
+      in_flight_[k] = false;
+      const std::size_t n = std::min(left, chunk_);
+      if (staging_[k].size() < n) {
+        staging_[k] = buffer<std::byte, pinned_host_space>();  // free before allocating more
+        staging_[k] = buffer<std::byte, pinned_host_space>(std::min(chunk_, std::max(n, left)));
+      }
+      std::memcpy(staging_[k].data(), src, n);
+      HONE_CUDA_CHECK(cudaMemcpyAsync(dst, staging_[k].data(), n, cudaMemcpyHostToDevice, stream_));
+      HONE_CUDA_CHECK(cudaEventRecord(copied_[k], stream_));
+      in_flight_[k] = true;
+      src += n;
+      dst += n;
+      left -= n;
     }
-    held_.push_back(std::move(host));
   }
 
   cudaStream_t stream_;
+  std::size_t chunk_;
   bool synced_ = false;
-  std::vector<buffer<std::byte, pinned_host_space>> held_;
+  buffer<std::byte, pinned_host_space> staging_[2];
+  cudaEvent_t copied_[2] = {nullptr, nullptr};
+  bool in_flight_[2] = {false, false};
+  unsigned next_ = 0;
 };
 }  // namespace detail
 
