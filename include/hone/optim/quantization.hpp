@@ -107,9 +107,10 @@ HONE_HOST_DEVICE std::uint8_t quantize_keep_sign(const float* map, float x, floa
 /// for the dynamic maps, whose closest entries are 0.007 apart near 1 while a bucket there is
 /// 0.002 wide, and whose decades shrink with the buckets -- the number of entries below x is
 /// base + (map[base] < x), and the nearest code follows from a per-gap threshold that reproduces
-/// quantize_nearest's own float comparison, so the result is the same bit for bit (test_optim
-/// checks every 512th float, each bucket's ends and each entry's neighbours). A map that fails the
-/// one-entry check reports usable() == false and callers keep the binary search.
+/// quantize_nearest's own float comparison, so the result is the same bit for bit
+/// (test_optim_quantization checks every 512th float, each bucket's ends and each entry's
+/// neighbours). A map that fails the one-entry check reports usable() == false and callers keep the
+/// binary search.
 class quantization_index {
  public:
   static constexpr int key_shift = 15;  // 32 - 17 bits
