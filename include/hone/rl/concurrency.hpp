@@ -11,6 +11,9 @@
 // and updates under the mutex, so it only ever reads published slots. Two writers that reach the
 // same slot a lap apart (capacity smaller than the writes in flight) go in sequence order.
 // Every transition is stored exactly once; none is lost except by being overwritten a lap later.
+// A snapshot (replay_buffer::with_snapshot) holds back new reservations and waits until every
+// sequence number reserved so far is published, including those whose writer still waits for
+// its slot: every slot then holds the newest item of its residue.
 #pragma once
 
 #include <condition_variable>

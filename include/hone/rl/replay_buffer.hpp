@@ -304,30 +304,39 @@ class replay_buffer {
     std::lock_guard lock(mutex_);
     return state_unlocked();
   }
-  /// Calls f(state()) with the buffer locked once no write is in flight (many_writers: waits for
-  /// the copies in progress to be published; writers that start meanwhile wait for f). f may call
-  /// priorities() and for_each_column() (they take no lock), not the locking members. A consistent
-  /// snapshot for hone::save_replay_buffer.
+  /// Calls f(state()) with the buffer locked once no write is in flight (many_writers: writers
+  /// that have not reserved their sequence numbers yet wait until f returns, and every sequence
+  /// number reserved below state().written is published first, so slot s holds the key
+  /// state().written - 1 - ((state().written - 1 - s) mod capacity)). f may call priorities() and
+  /// for_each_column() (they take no lock), not the locking members. A consistent snapshot for
+  /// hone::save_replay_buffer.
   template <class F>
   void with_snapshot(F&& f) {
     std::unique_lock lock(mutex_);
     if constexpr (concurrent) {
-      const auto quiet = [&] {
-        return ready_ == static_cast<std::size_t>(std::min<std::uint64_t>(written_, capacity_));
-      };
-      if (!quiet()) {
+      ++snapshots_;  // new reservations wait (so the writes in flight can only drain)
+      struct release_writers {
+        replay_buffer* b;
+        ~release_writers() {
+          if (--b->snapshots_ == 0 && b->waiting_ > 0) b->cond_.notify_all();
+        }
+      } guard{this};
+      if (published_ != written_) {
         ++waiting_;
-        cond_.wait(lock, quiet);
+        cond_.wait(lock, [&] { return published_ == written_; });
         --waiting_;
       }
+      std::forward<F>(f)(state_unlocked());
+    } else {
+      std::forward<F>(f)(state_unlocked());
     }
-    std::forward<F>(f)(state_unlocked());
   }
-  /// many_writers: writes reserved but not yet published (0 for single_thread).
+  /// many_writers: sequence numbers reserved but not yet published, whether their writer is
+  /// copying or still waiting for its slot (0 for single_thread).
   [[nodiscard]] std::size_t writes_in_flight() const {
     std::lock_guard lock(mutex_);
     if constexpr (concurrent) {
-      return static_cast<std::size_t>(std::min<std::uint64_t>(written_, capacity_)) - ready_;
+      return static_cast<std::size_t>(written_ - published_);
     } else {
       return 0;
     }
@@ -371,6 +380,7 @@ class replay_buffer {
       sampler_.restore(priorities, s.max_priority, s.sample_calls);
     }
     if constexpr (concurrent) {
+      published_ = written_;
       ready_ = 0;
       for (std::size_t slot = 0; slot < capacity_; ++slot) {
         if (slot < written_) {
@@ -516,6 +526,7 @@ class replay_buffer {
         std::uint64_t first;
         {
           std::unique_lock lock(mutex_);
+          await_snapshot(lock);
           first = written_;
           written_ += m;
           head_ = static_cast<std::size_t>(written_ % capacity_);
@@ -561,9 +572,20 @@ class replay_buffer {
   // many_writers: reserve the next sequence number and its slot (marked busy).
   std::pair<std::uint64_t, std::size_t> reserve_one() {
     std::unique_lock lock(mutex_);
+    await_snapshot(lock);
     const std::uint64_t seq = written_++;
     head_ = head_ + 1 == capacity_ ? 0 : head_ + 1;
     return {seq, claim(lock, seq)};
+  }
+  // many_writers, mutex held: a writer about to reserve waits while a snapshot drains the writes
+  // in flight (with_snapshot), so a stream of new writes cannot keep it waiting.
+  template <class Lock>
+  void await_snapshot(Lock& lock) {
+    if (snapshots_ > 0) {
+      ++waiting_;
+      cond_.wait(lock, [&] { return snapshots_ == 0; });
+      --waiting_;
+    }
   }
   // many_writers, mutex held: waits until the slot of `seq` holds the item one lap older (its
   // writer may still be copying), retires that item and marks the slot busy.
@@ -588,6 +610,7 @@ class replay_buffer {
     tags_[slot] = seq;
     sampler_.insert(slot, 1);
     ++ready_;
+    ++published_;
   }
 
   std::size_t capacity_;
@@ -601,8 +624,10 @@ class replay_buffer {
   std::size_t head_ = 0;  // written_ % capacity_: the slot of the next write
   // many_writers only.
   buffer<std::uint64_t> tags_;
-  std::size_t ready_ = 0;
-  std::size_t waiting_ = 0;
+  std::size_t ready_ = 0;        // published slots (what size() reports)
+  std::uint64_t published_ = 0;  // items published so far: written_ - published_ are in flight
+  std::size_t waiting_ = 0;      // threads in cond_.wait
+  std::size_t snapshots_ = 0;    // with_snapshot calls holding back new reservations
   mutable typename concurrency_policy::mutex_type mutex_;
   typename concurrency_policy::condition_type cond_;
 };
