@@ -37,10 +37,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <hone/checkpoint/directory.hpp>
-#include <hone/checkpoint/hash.hpp>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/checkpoint/writer.hpp>
 #include <hone/core/error.hpp>
+#include <hone/io/hash.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/optim/clipping.hpp>
 #include <hone/optim/param_group.hpp>
@@ -381,8 +381,8 @@ class batch_stream {
   }
 
   /// The position in the batch order, for checkpoints: {"epoch": e, "cursor": c}, and the RNG.
-  [[nodiscard]] hone::checkpoint::json::value position() const {
-    auto v = hone::checkpoint::json::value::object();
+  [[nodiscard]] hone::io::json::value position() const {
+    auto v = hone::io::json::value::object();
     v.set("epoch", epoch_);
     v.set("cursor", static_cast<std::uint64_t>(cursor_));
     return v;
@@ -390,7 +390,7 @@ class batch_stream {
   [[nodiscard]] std::string rng_state() { return hone::checkpoint::rng_state(rng_.engine()); }
   /// Continues from a checkpoint's position: replays the epochs' shuffles from the seed (the order
   /// of an epoch is the previous order shuffled), then restores the RNG's saved state.
-  void restore(const hone::checkpoint::json::value& position, std::string_view rng_text) {
+  void restore(const hone::io::json::value& position, std::string_view rng_text) {
     const std::uint64_t epochs = position.at("epoch").as_u64();
     const std::uint64_t cursor = position.at("cursor").as_u64();
     if (cursor > order_.size()) throw hone::checkpoint_error("batch position beyond the epoch");
@@ -742,7 +742,7 @@ int train_cuda(const options& o, Precision precision) {
   bar.finish();
   t->download_master_weights();
   std::printf("final master weights xxh3-128: %s\n",
-              hone::checkpoint::hash128(std::as_bytes(t->host_master_weights())).hex().c_str());
+              hone::io::hash128(std::as_bytes(t->host_master_weights())).hex().c_str());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),

@@ -33,7 +33,6 @@
 #include <string_view>
 #include <type_traits>
 
-#include "hone/checkpoint/dtype.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/checkpoint/verify.hpp"
@@ -42,6 +41,8 @@
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/space.hpp"
+#include "hone/io/dtype.hpp"
+#include "hone/io/json.hpp"
 #include "hone/train/early_stopping.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -54,7 +55,7 @@ struct trainer_save_options {
   // The weights' stored dtype when `export_weights`; otherwise F32 (full: the fp32 master
   // weights, what bitwise resume needs) or the model's working dtype (weights_only).
   bool export_weights = false;
-  dtype weights_dtype = dtype::f32;
+  io::dtype weights_dtype = io::dtype::f32;
 };
 
 /// The shapes of a model's parameters by name, for trainer_save_options::shapes.
@@ -109,7 +110,7 @@ class trainer_stager {
   template <class Trainer>
   trainer_stager(Trainer& /*t*/, snapshot& s) noexcept : s_(&s) {}
   void add_weights(const std::string& name, shape_type shape, std::span<const float> master,
-                   dtype stored) {
+                   io::dtype stored) {
     s_->add(files::weights, name, std::move(shape), master, stored);
   }
   template <class Arena>
@@ -183,7 +184,9 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
              const trainer_save_options& o = {}) {
   using working = typename Trainer::working_type;
   const bool full = o.content == content_policy::full;
-  const dtype wdt = o.export_weights ? o.weights_dtype : full ? dtype::f32 : dtype_of<working>;
+  const io::dtype wdt = o.export_weights ? o.weights_dtype
+                        : full           ? io::dtype::f32
+                                         : io::dtype_of<working>;
   detail::trainer_stager<detail::device_state_trainer_v<Trainer>> stage(t, s);
   const auto master = t.master_weights();
   const auto& layout = t.layout();
@@ -204,7 +207,7 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
   s.state.metadata = extra.metadata;
   s.state.step = t.steps_done();
   s.state.loss_scale = t.scaler().state();
-  json::value sched = json::value::object();
+  io::json::value sched = io::json::value::object();
   sched.set("step", t.steps_done());
   s.state.schedule = std::move(sched);
 }
@@ -240,12 +243,12 @@ training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify
 inline constexpr std::string_view early_stopping_best_file = "best.safetensors";
 
 namespace detail {
-inline json::value es_number(double v) {
+inline io::json::value es_number(double v) {
   char text[32];
   const auto r = std::to_chars(text, text + sizeof(text), v);
-  return json::value(std::string(text, r.ptr));  // exact, and "inf"/"nan" survive JSON
+  return io::json::value(std::string(text, r.ptr));  // exact, and "inf"/"nan" survive JSON
 }
-inline double es_parse_number(const json::value& v, std::string_view field) {
+inline double es_parse_number(const io::json::value& v, std::string_view field) {
   if (v.is_string()) {
     const std::string& t = v.as_string();
     double out = 0.0;
@@ -255,17 +258,17 @@ inline double es_parse_number(const json::value& v, std::string_view field) {
   throw checkpoint_error("early_stopping." + std::string(field) +
                          " is not a number written as text");
 }
-inline json::value es_optional(const std::optional<std::uint64_t>& v) {
-  return v ? json::value(*v) : json::value(nullptr);
+inline io::json::value es_optional(const std::optional<std::uint64_t>& v) {
+  return v ? io::json::value(*v) : io::json::value(nullptr);
 }
-inline const json::value& es_field(const json::value& o, std::string_view field) {
-  const json::value* v = o.find(field);
+inline const io::json::value& es_field(const io::json::value& o, std::string_view field) {
+  const io::json::value* v = o.find(field);
   if (v == nullptr) {
     throw checkpoint_error("early_stopping has no field \"" + std::string(field) + "\"");
   }
   return *v;
 }
-inline std::optional<std::uint64_t> es_parse_optional(const json::value& v) {
+inline std::optional<std::uint64_t> es_parse_optional(const io::json::value& v) {
   if (v.is_null()) return std::nullopt;
   return v.as_u64();
 }
@@ -277,7 +280,7 @@ inline void capture_early_stopping(const early_stopping& es, snapshot& s,
                                    const best_weights_keeper* keeper = nullptr) {
   const early_stopping_state st = es.state();
   const bool weights = keeper != nullptr && keeper->has_snapshot();
-  json::value o = json::value::object();
+  io::json::value o = io::json::value::object();
   o.set("mode", es.options().mode == monitor_mode::min ? "min" : "max");
   o.set("patience", es.options().patience);
   o.set("best", detail::es_number(st.best));
@@ -293,7 +296,8 @@ inline void capture_early_stopping(const early_stopping& es, snapshot& s,
   o.set("best_weights", weights);
   if (weights) {
     const auto b = keeper->snapshot_bytes();
-    s.add_bytes(early_stopping_best_file, "best_weights", dtype::u8, dtype::u8, {b.size()}, b);
+    s.add_bytes(early_stopping_best_file, "best_weights", io::dtype::u8, io::dtype::u8, {b.size()},
+                b);
   }
   s.state.early_stopping = std::move(o);
 }
@@ -310,7 +314,7 @@ inline void restore_early_stopping(early_stopping& es, const std::filesystem::pa
     throw checkpoint_error(where +
                            "has no early-stopping state (saved without capture_early_stopping?)");
   }
-  const json::value& o = st.early_stopping;
+  const io::json::value& o = st.early_stopping;
   const std::string want_mode = es.options().mode == monitor_mode::min ? "min" : "max";
   early_stopping_state s;
   bool saved_weights = false;
@@ -349,7 +353,7 @@ inline void restore_early_stopping(early_stopping& es, const std::filesystem::pa
   }
   const tensor_file f = tensor_file::open(dir / early_stopping_best_file);
   const tensor_info& t = f.at("best_weights");
-  if (t.type != dtype::u8 || t.size_bytes() != keeper->bytes()) {
+  if (t.type != io::dtype::u8 || t.size_bytes() != keeper->bytes()) {
     throw checkpoint_error(where + "the saved best weights have " + std::to_string(t.size_bytes()) +
                            " bytes, the keeper tracks " + std::to_string(keeper->bytes()) +
                            "; track the same arrays as the run that saved them");

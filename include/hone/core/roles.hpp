@@ -129,26 +129,26 @@ struct role_checks {
 /// Declares a composing type's name for the role machinery's sentences: NAME is a string literal
 /// such as "hone::trainer", EXAMPLES a sentence listing policies a user may pass. Expands at
 /// namespace scope inside HONE_NAMESPACE_BEGIN/END, after this header.
-#define HONE_DETAIL_DECLARE_COMPOSER(TAG, NAME, EXAMPLES)                                         \
-  namespace detail {                                                                              \
-  template <>                                                                                     \
-  struct role_checks<TAG> {                                                                       \
-    template <class Role, class... Policies>                                                      \
-    struct unique {                                                                               \
-      static_assert(role_count_v<Role, Policies...> <= 1,                                         \
-                    NAME ": two policies play the same role (see Role in this message's "         \
-                         "instantiation, e.g. hone::roles::optimizer). Keep one policy per role: " \
-                         "remove the duplicate from the " NAME "'s template arguments.");         \
-      static constexpr bool value = role_count_v<Role, Policies...> <= 1;                         \
-    };                                                                                            \
-    template <class... Policies>                                                                  \
-    static consteval bool all_have_roles() {                                                      \
-      static_assert((has_role<Policies> && ...),                                                  \
-                    NAME ": one of the template arguments is not a hone policy: it has no "       \
-                         "nested `using role = hone::roles::<role>;`. " EXAMPLES);                \
-      return (has_role<Policies> && ...);                                                         \
-    }                                                                                             \
-  };                                                                                              \
+#define HONE_DETAIL_DECLARE_COMPOSER(TAG, NAME, EXAMPLES)                                     \
+  namespace detail {                                                                          \
+  template <>                                                                                 \
+  struct role_checks<TAG> {                                                                   \
+    template <class Role, class... Policies>                                                  \
+    struct unique {                                                                           \
+      static_assert(role_count_v<Role, Policies...> <= 1, NAME                                \
+                    ": two policies play the same role (see Role in this message's "          \
+                    "instantiation, e.g. hone::roles::optimizer). Keep one policy per role: " \
+                    "remove the duplicate from the " NAME "'s template arguments.");          \
+      static constexpr bool value = role_count_v<Role, Policies...> <= 1;                     \
+    };                                                                                        \
+    template <class... Policies>                                                              \
+    static consteval bool all_have_roles() {                                                  \
+      static_assert((has_role<Policies> && ...), NAME                                         \
+                    ": one of the template arguments is not a hone policy: it has no "        \
+                    "nested `using role = hone::roles::<role>;`. " EXAMPLES);                 \
+      return (has_role<Policies> && ...);                                                     \
+    }                                                                                         \
+  };                                                                                          \
   }
 
 HONE_DETAIL_DECLARE_COMPOSER(composers::trainer, "hone::trainer",

@@ -2,10 +2,11 @@
 //
 // A memory_monitor owns one std::thread that samples every `interval`: the resident set size of
 // this process (from /proc/self/statm) and, in builds with the CUDA runtime, the memory in use on
-// the current device (cudaMemGetInfo). Thresholds call user callbacks once per crossing:
-// `on_above` when the value reaches `bytes` (then the threshold is disarmed) and `on_below` when it
-// falls under `bytes - hysteresis` again (then it is re-armed), so a value hovering around the
-// level does not fire on every sample. Peaks are tracked. The destructor stops the thread.
+// the CUDA device current where the monitor was built, or options.cuda_device (cudaMemGetInfo).
+// Thresholds call user callbacks once per crossing: `on_above` when the value reaches `bytes` (then
+// the threshold is disarmed) and `on_below` when it falls under `bytes - hysteresis` again (then it
+// is re-armed), so a value hovering around the level does not fire on every sample. Peaks are
+// tracked. The destructor stops the thread.
 //
 //   hone::offload::memory_monitor mon({.interval = std::chrono::milliseconds(50)});
 //   mon.add_threshold({.what = hone::offload::memory_source::host_rss, .bytes = 48ull << 30,
@@ -66,17 +67,33 @@ struct memory_sample {
   std::size_t device_total = 0;
 };
 
-/// Device memory in use and total on the current device (cudaMemGetInfo); zeros without CUDA.
-inline memory_sample device_memory() noexcept {
+/// Device memory in use and total on CUDA device `device` (cudaMemGetInfo; -1: the calling
+/// thread's current device); zeros without CUDA. The calling thread's current device is left as
+/// it was.
+inline memory_sample device_memory(int device = -1) noexcept {
   memory_sample s;
 #if HONE_HAS_CUDA_RUNTIME
+  int current = -1;
+  if (device >= 0 && cudaGetDevice(&current) == cudaSuccess && current != device) {
+    if (cudaSetDevice(device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return s;
+    }
+  } else {
+    (void)cudaGetLastError();
+    current = -1;
+  }
   std::size_t free_b = 0, total_b = 0;
-  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+  const cudaError_t status = cudaMemGetInfo(&free_b, &total_b);
+  if (current >= 0) (void)cudaSetDevice(current);
+  if (status == cudaSuccess) {
     s.device_total = total_b;
     s.device_used = total_b - free_b;
   } else {
     (void)cudaGetLastError();
   }
+#else
+  (void)device;
 #endif
   return s;
 }
@@ -104,6 +121,9 @@ struct memory_monitor_options {
   std::chrono::microseconds interval = std::chrono::milliseconds(100);
   /// Whether to sample device memory (ignored without the CUDA runtime).
   bool device = true;
+  /// The CUDA device to sample; -1: the device current on the thread that constructs the
+  /// monitor (the monitor's own thread would otherwise see device 0).
+  int cuda_device = -1;
 };
 
 class memory_monitor {
@@ -112,12 +132,24 @@ class memory_monitor {
   explicit memory_monitor(memory_monitor_options options = {}) : options_(options) {
     require(options_.interval.count() > 0,
             "hone::offload::memory_monitor: the sampling interval must be positive");
+#if HONE_HAS_CUDA_RUNTIME
+    if (options_.device && options_.cuda_device < 0) {
+      int d = 0;
+      if (cudaGetDevice(&d) == cudaSuccess) {
+        options_.cuda_device = d;
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
+#endif
     sample_once();
     thread_ = std::thread([this] { run(); });
   }
   memory_monitor(const memory_monitor&) = delete;
   memory_monitor& operator=(const memory_monitor&) = delete;
-  ~memory_monitor() { stop(); }
+  ~memory_monitor() {
+    stop();
+  }
 
   /// Adds a threshold; returns its index. Evaluated from the next sample on (a value already
   /// above the level fires on_above at that sample). Throws config_error for bytes == 0 or a
@@ -163,7 +195,9 @@ class memory_monitor {
 
   /// Takes one sample now, on the calling thread, and evaluates the thresholds (callbacks run
   /// here then). Useful right after a large allocation.
-  void sample_now() { sample_once(); }
+  void sample_now() {
+    sample_once();
+  }
 
   /// Stops and joins the thread (idempotent). Not to be called from a callback.
   void stop() {
@@ -197,7 +231,7 @@ class memory_monitor {
     memory_sample s;
     s.host_rss = host_rss_bytes();
     if (options_.device) {
-      const memory_sample d = device_memory();
+      const memory_sample d = device_memory(options_.cuda_device);
       s.device_used = d.device_used;
       s.device_total = d.device_total;
     }

@@ -53,7 +53,6 @@
 #include <utility>
 #include <vector>
 
-#include "hone/checkpoint/dtype.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/checkpoint/trainer_checkpoint.hpp"
@@ -66,6 +65,7 @@
 #include "hone/core/cuda/space.hpp"
 #include "hone/core/device_span.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/dtype.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -87,33 +87,35 @@ class device_snapshot {
   /// Records device tensor `data` for file `file`, stored as `export_as` (default: its dtype).
   template <class T>
   void add(std::string_view file, std::string name, shape_type shape, device_span<T> data,
-           std::optional<dtype> export_as = std::nullopt, std::size_t allocation_tag = 0) {
+           std::optional<io::dtype> export_as = std::nullopt, std::size_t allocation_tag = 0) {
     using V = std::remove_cv_t<T>;
-    add_bytes(file, std::move(name), dtype_of<V>, export_as.value_or(dtype_of<V>), std::move(shape),
-              static_cast<const void*>(data.data()), data.size_bytes(), allocation_tag);
+    add_bytes(file, std::move(name), io::dtype_of<V>, export_as.value_or(io::dtype_of<V>),
+              std::move(shape), static_cast<const void*>(data.data()), data.size_bytes(),
+              allocation_tag);
   }
 
   /// Records `bytes` bytes at device address `device_data`, of dtype `source` and shape `shape`,
   /// stored as `stored`. config_error for a bad file name, a conversion dtype.hpp cannot do, or a
   /// shape that does not describe `bytes` bytes.
-  void add_bytes(std::string_view file, std::string name, dtype source, dtype stored,
+  void add_bytes(std::string_view file, std::string name, io::dtype source, io::dtype stored,
                  shape_type shape, const void* device_data, std::size_t bytes,
                  std::size_t allocation_tag = 0) {
     detail::check_tensor_file_name(file);
-    require(source == stored || can_convert(source, stored),
-            "hone::checkpoint::device_snapshot: cannot store " + std::string(dtype_name(source)) +
-                " as " + std::string(dtype_name(stored)) + " (tensor '" + name + "')");
-    const std::optional<std::uint64_t> want = checked_byte_size(shape, dtype_size(source));
+    require(source == stored || io::can_convert(source, stored),
+            "hone::checkpoint::device_snapshot: cannot store " +
+                std::string(io::dtype_name(source)) + " as " + std::string(io::dtype_name(stored)) +
+                " (tensor '" + name + "')");
+    const std::optional<std::uint64_t> want = checked_byte_size(shape, io::dtype_size(source));
     require(want && *want == bytes,
             "hone::checkpoint::device_snapshot: tensor '" + name + "' has shape " +
-                shape_string(shape) + " of " + std::string(dtype_name(source)) + " but " +
+                shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " but " +
                 std::to_string(bytes) + " bytes; give the shape of the data");
     require(device_data != nullptr || bytes == 0,
             "hone::checkpoint::device_snapshot: tensor '" + name +
                 "' has a null device pointer; pass the device memory to copy");
     entries_.push_back({std::string(file), std::move(name), source, stored, std::move(shape),
                         static_cast<const std::byte*>(device_data), bytes,
-                        bytes / dtype_size(source) * dtype_size(stored), allocation_tag});
+                        bytes / io::dtype_size(source) * io::dtype_size(stored), allocation_tag});
   }
 
   /// Records every slot of a device arena as tensor `prefix + slot name` of file `file` (1-D, or
@@ -121,7 +123,8 @@ class device_snapshot {
   /// the arena's dtype.
   template <class T>
   void add_arena(std::string_view file, std::string_view prefix, const arena<T, cuda_space>& a,
-                 const shape_map* shapes = nullptr, std::optional<dtype> export_as = std::nullopt) {
+                 const shape_map* shapes = nullptr,
+                 std::optional<io::dtype> export_as = std::nullopt) {
     const std::size_t tag = new_allocation_tag();
     for (std::size_t i = 0; i < a.size(); ++i) {
       const auto& slot = a.layout()[i];
@@ -169,8 +172,8 @@ class device_snapshot {
     for (std::size_t i = 0; i < es.size(); ++i) {
       const entry& e = es[i];
       if (!e.converts()) continue;
-      convert(std::span<const std::byte>(raw[i], e.bytes), e.source,
-              std::span<std::byte>(dst[i], e.stored_bytes), e.stored);
+      io::convert(std::span<const std::byte>(raw[i], e.bytes), e.source,
+                  std::span<std::byte>(dst[i], e.stored_bytes), e.stored);
     }
   }
 
@@ -183,8 +186,8 @@ class device_snapshot {
   struct entry {
     std::string file;
     std::string name;
-    dtype source;
-    dtype stored;
+    io::dtype source;
+    io::dtype stored;
     shape_type shape;
     const std::byte* data;
     std::size_t bytes;
@@ -269,7 +272,7 @@ class trainer_stager<true> {
         // each other.
         weights_tag_(t.zero_copy() ? 0 : d_.new_allocation_tag()) {}
   void add_weights(const std::string& name, shape_type shape, device_span<float> master,
-                   dtype stored) {
+                   io::dtype stored) {
     d_.add(files::weights, name, std::move(shape), device_span<const float>(master), stored,
            weights_tag_);
   }

@@ -36,8 +36,13 @@ struct space_traits<cuda_space> {
   static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
     if (p != nullptr) (void)cudaFree(p);
   }
+  /// Zeroes new device memory and waits for it: cudaMemset runs on the default stream and
+  /// returns before it finishes, and a kernel the user then launches on a non-blocking stream
+  /// would not be ordered after it.
   static void zero(void* p, std::size_t bytes) {
-    if (bytes != 0) HONE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    if (bytes == 0) return;
+    HONE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    HONE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 };
 

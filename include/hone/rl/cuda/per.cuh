@@ -216,6 +216,9 @@ class device_prioritized_sampler {
     const detail::per_device_scalars s{0.0, std::numeric_limits<float>::infinity(),
                                        static_cast<float>(config.initial_priority)};
     HONE_CUDA_CHECK(cudaMemcpy(scalars_.data(), &s, sizeof(s), cudaMemcpyHostToDevice));
+    // The set-up ran on the default stream; calls may come on a non-blocking stream, which is not
+    // ordered after it.
+    HONE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
   [[nodiscard]] std::size_t capacity() const noexcept { return layout_.capacity; }

@@ -6,7 +6,8 @@
 //
 // One step, all on the model's stream (model.cuda_stream() when the model has it, else the legacy
 // default stream):
-//  1. the scaler's state is staged on the device and found_inf is zeroed;
+//  1. found_inf is zeroed; the scaler's state stays on the device from step to step (it is
+//     uploaded only when the host's changed: a restore or a user's load_state);
 //  2. for each micro-batch: the model's forward_backward writes working gradients; the fused
 //     unscale pass (hone/precision/cuda/unscale.cuh, the host's functor) accumulates them into
 //     the fp32 master gradients and leaves the sum of squares, found_inf and the L2 clipping
@@ -18,8 +19,9 @@
 //  6. the optimizer (hone/optim/cuda/*.cuh) and the cast back to the working weights run with
 //     found_inf and the device clipping coefficient: a step with inf/NaN gradients is skipped
 //     inside the kernels, with no host synchronization between the check and the update;
-//  7. one copy of the step's results to pinned host memory and one stream synchronization fill
-//     the step_report (the schedule and the bias correction need the applied-step count).
+//  7. one copy of the step's results to pinned host memory and one stream synchronization (the
+//     step's only one) fill the step_report (the schedule and the bias correction need the
+//     applied-step count).
 // A skipped step leaves master weights, moments, working weights, the step counter and the
 // schedule bit-identical, as on the host.
 //
@@ -38,6 +40,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -138,7 +141,14 @@ class cuda_backend : public backend_types<Types, cuda_space, offload::cuda_trans
   template <class Parts>
   void begin_step(Parts& p) {
     device_step_scratch* s = scratch_.data();
-    dscaler_.load(exec_, p.scaler.state());
+    // The device keeps the scaler's state from step to step; it is uploaded (which waits for the
+    // stream) only when the host's differs from what the last step read back: after a restore, a
+    // user's load_state, or an error. So a step synchronizes once, at its end.
+    if (!device_scaler_ || !(*device_scaler_ == p.scaler.state())) {
+      device_scaler_.reset();
+      dscaler_.load(exec_, p.scaler.state());
+      device_scaler_ = p.scaler.state();
+    }
     HONE_CUDA_CHECK(cudaMemsetAsync(&s->found_inf, 0, sizeof(int), exec_.stream));
     out_ = unscale_outputs{&s->sum_sq, &s->found_inf, &s->norm, nullptr, 0.0f};
     if constexpr (std::is_same_v<clipping_type, clip_grad_norm>) {
@@ -194,7 +204,9 @@ class cuda_backend : public backend_types<Types, cuda_space, offload::cuda_trans
     }
     HONE_CUDA_CHECK(cudaMemcpyAsync(readback_.data(), s, sizeof(device_step_scratch),
                                     cudaMemcpyDeviceToHost, exec_.stream));
+    device_scaler_.reset();  // unknown until read back (read_state throws on a collapse)
     p.scaler.load_state(dscaler_.read_state(exec_, min_scale(p)));  // synchronizes the stream
+    device_scaler_ = p.scaler.state();
     const device_step_scratch h = *readback_.data();
     step_check c;
     c.grad_norm = std::sqrt(h.sum_sq);
@@ -263,6 +275,7 @@ class cuda_backend : public backend_types<Types, cuda_space, offload::cuda_trans
   grad_norm_workspace norm_ws_;
   cuda_exec exec_;
   unscale_outputs out_{};
+  std::optional<loss_scale_state> device_scaler_;  // the device scaler's state, when known
 };
 
 template <class Types>
