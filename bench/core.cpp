@@ -4,17 +4,30 @@
 // a model-like mix (bench/support/workloads.hpp), one hone::for_each over a tensor_lists per
 // iteration (12 bytes per element: read x and y, write y). Its limit streams the same bytes over
 // one contiguous allocation (limit<2, 1>), on the same oneTBB threads, in the same run.
+//
+// for_each_adamw_64M: hone's own AdamW functor (adamw_functor<float>) run by hone::for_each over a
+// tensor_lists of (param, grad, exp_avg, exp_avg_sq) whose 4 x 300 tensors are separately
+// allocated, in the same model-like mix (64 Mi = 67.1 M parameters; 28 bytes per parameter: read
+// p g m v, write p m v). Variant "hone_arena": the optimizer state's own step
+// (adamw_state::step) over arenas of the same tensors. Limit: limit<4, 3>'s pass over 64 Mi
+// elements with its arrays staggered (staggered_limit below); "limit_unstaggered" is limit<4, 3>
+// itself, whose arrays lie exactly 256 MiB apart.
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <hone/core/arena.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/multi_tensor.hpp>
+#include <hone/optim/adamw.hpp>
+#include <hone/optim/optimizer.hpp>
 #include <vector>
 
 #include "support/harness.hpp"
 #include "support/limit.hpp"
+#include "support/optim_data.hpp"
 #include "support/workloads.hpp"
 
 namespace {
@@ -100,16 +113,169 @@ void multi_tensor_axpy_limit(benchmark::State& state) {
   hone_bench::report_threads(state);
 }
 
+// ---- for_each_adamw_64M ------------------------------------------------------------------------
+
+/// The AdamW step the workload runs: step 10 of a run at lr 1e-3 (PyTorch's other defaults).
+constexpr hone::adamw adamw_policy{};
+constexpr hone::optimizer_step_args adamw_args{.step = 10, .lr = 1e-3f};
+
+tensor_set<4>& adamw_tensors() {  // lists 0..3: param, grad, exp_avg, exp_avg_sq
+  static tensor_set<4> set(axpy_sizes());
+  return set;
+}
+/// The limit of an in-place update over `Reads` arrays of `n` floats, `Writes` of them written:
+/// limit.hpp's streaming loop (hone_bench::detail::stream_range) over one allocation, cut into
+/// 64 Ki-element tasks, with array k placed k * (4 KiB + 64 B) further than limit<Reads, Writes>
+/// places it. Why: with 64 Mi elements, limit<4, 3>'s arrays lie exactly 256 MiB apart, so the
+/// 4 loads and 3 stores of an element share their low address bits, and on the 2-core Zen 5 of
+/// docs/benchmarks.md that pass ran at 0.4 GB/s (-O2, scalar) and 6.5 GB/s (-O3 -march=native),
+/// below the AdamW step it bounds (18 GB/s, same run). Staggered, the same loop streams again.
+template <std::size_t Reads, std::size_t Writes>
+class staggered_limit {
+  static_assert(Writes <= Reads && Writes > 0, "an in-place update writes some of its arrays");
+  using word = std::uint32_t;
+  static constexpr std::size_t stagger = (4096 + 64) / sizeof(word);
+
+ public:
+  explicit staggered_limit(std::size_t n) : n_(n), storage_(Reads * (n + stagger)) {
+    word* base = storage_.data();
+    for (std::size_t k = 0; k < Reads; ++k) {
+      word* p = base + k * (n + stagger);
+      if (k < Reads - Writes) {
+        arrays_.ro[k] = p;
+      } else {
+        arrays_.rw[k - (Reads - Writes)] = p;
+      }
+    }
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, storage_.size(), grain),
+                      [base](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          base[i] = static_cast<word>(i * 2654435761u);
+                        }
+                      });
+    run();
+  }
+  void run() {
+    const word mask = mask_;  // volatile load: opaque to the optimizer, 0 at run time
+    const auto& a = arrays_;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n_, grain),
+                      [&a, mask](const tbb::blocked_range<std::size_t>& r) {
+                        hone_bench::detail::stream_range(a, mask, r.begin(), r.end());
+                      });
+  }
+  [[nodiscard]] std::size_t bytes_per_pass() const noexcept {
+    return n_ * sizeof(word) * (Reads + Writes);
+  }
+
+ private:
+  static constexpr std::size_t grain = std::size_t{1} << 16;
+  std::size_t n_;
+  hone::buffer<word> storage_;
+  hone_bench::detail::stream_arrays<word, Reads - Writes, Writes, 0> arrays_{};
+  inline static volatile word mask_ = 0;
+};
+
+staggered_limit<4, 3>& adamw_limit() {
+  static staggered_limit<4, 3> limit(hone_bench::multi_tensor_total);
+  return limit;
+}
+/// The same pass with limit.hpp's placement (arrays exactly 64 Mi elements apart), for comparison.
+hone_bench::limit<4, 3>& adamw_contiguous_limit() {
+  static hone_bench::limit<4, 3> limit(hone_bench::multi_tensor_total);
+  return limit;
+}
+
+/// The same tensors as arenas, with the AdamW state of the optimizer's own step.
+struct adamw_arenas {
+  hone::arena_layout layout{sizeof(float)};
+  hone::arena<float> master, grad;
+  hone::adamw_state<> state;
+
+  adamw_arenas()
+      : layout(hone_bench::optim_layout(axpy_sizes())),
+        master(layout),
+        grad(layout),
+        state(adamw_policy, layout) {
+    auto& set = adamw_tensors();  // the values the separate tensors hold now
+    float* arrays[4] = {master.all().data(), grad.all().data(), state.exp_avg().all().data(),
+                        state.exp_avg_sq().all().data()};
+    for (std::size_t l = 0; l < 4; ++l) {
+      for (std::size_t t = 0; t < set.count(); ++t) {
+        const float* from = set.data(l, t);
+        float* to = arrays[l] + layout[t].offset;
+        tbb::parallel_for(tbb::blocked_range<std::size_t>(0, set.size(t), std::size_t{1} << 16),
+                          [from, to](const tbb::blocked_range<std::size_t>& r) {
+                            for (std::size_t i = r.begin(); i != r.end(); ++i) to[i] = from[i];
+                          });
+      }
+    }
+  }
+};
+adamw_arenas& adamw_arena_data() {
+  static adamw_arenas a;
+  return a;
+}
+
+void for_each_adamw_hone(benchmark::State& state) {
+  auto& set = adamw_tensors();
+  hone::tensor_lists<float, const float, float, float> lists;
+  for (std::size_t t = 0; t < set.count(); ++t) {
+    lists.add(set.size(t), set.data(0, t), set.data(1, t), set.data(2, t), set.data(3, t));
+  }
+  const hone::adamw_functor<float> op{
+      hone::adamw_coefficients::make(adamw_policy.beta1, adamw_policy.beta2, adamw_policy.eps,
+                                     adamw_args, adamw_args.lr, adamw_policy.weight_decay)};
+  hone::for_each(lists, op);  // warm-up
+  for (auto _ : state) {
+    hone::for_each(lists, op);
+    benchmark::ClobberMemory();
+  }
+  hone_bench::report_bytes(state, set.total() * 7 * sizeof(float));
+  hone_bench::report_threads(state);
+}
+
+void for_each_adamw_arena(benchmark::State& state) {
+  auto& a = adamw_arena_data();
+  a.state.step(adamw_policy, adamw_args, a.master.all().data(),
+               static_cast<const float*>(a.grad.all().data()));  // warm-up
+  for (auto _ : state) {
+    a.state.step(adamw_policy, adamw_args, a.master.all().data(),
+                 static_cast<const float*>(a.grad.all().data()));
+    benchmark::ClobberMemory();
+  }
+  hone_bench::report_bytes(state, adamw_tensors().total() * 7 * sizeof(float));
+  hone_bench::report_threads(state);
+}
+
+template <class Limit>
+void for_each_adamw_limit(benchmark::State& state, Limit& limit) {
+  limit.run();
+  for (auto _ : state) {
+    limit.run();
+    benchmark::ClobberMemory();
+  }
+  hone_bench::report_bytes(state, limit.bytes_per_pass());
+  hone_bench::report_threads(state);
+}
+
 bool register_benchmarks() {
   hone_bench::add("multi_tensor_axpy_64M", "hone",
                   [](benchmark::State& s) { multi_tensor_axpy_hone(s, hone::host_tuning{}); });
   hone_bench::add("multi_tensor_axpy_64M", "limit", multi_tensor_axpy_limit);
+  hone_bench::add("for_each_adamw_64M", "hone", for_each_adamw_hone);
+  hone_bench::add("for_each_adamw_64M", "hone_arena", for_each_adamw_arena);
+  hone_bench::add("for_each_adamw_64M", "limit",
+                  [](benchmark::State& s) { for_each_adamw_limit(s, adamw_limit()); });
+  hone_bench::add("for_each_adamw_64M", "limit_unstaggered",
+                  [](benchmark::State& s) { for_each_adamw_limit(s, adamw_contiguous_limit()); });
   return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return hone_bench::main(argc, argv, {{"multi_tensor_axpy_64M", [] { return axpy_sizes(); }}},
+  return hone_bench::main(argc, argv,
+                          {{"multi_tensor_axpy_64M", [] { return axpy_sizes(); }},
+                           {"for_each_adamw_64M", [] { return axpy_sizes(); }}},
                           register_benchmarks);
 }
