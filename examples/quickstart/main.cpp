@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <hone/hone.hpp>
+#include <hone/core.hpp>
 #include <random>
 #include <span>
 #include <string>
