@@ -127,9 +127,9 @@ tensor_set<4>& adamw_tensors() {  // lists 0..3: param, grad, exp_avg, exp_avg_s
 /// limit.hpp's streaming loop (hone_bench::detail::stream_range) over one allocation, cut into
 /// 64 Ki-element tasks, with array k placed k * (4 KiB + 64 B) further than limit<Reads, Writes>
 /// places it. Why: with 64 Mi elements, limit<4, 3>'s arrays lie exactly 256 MiB apart, so the
-/// 4 loads and 3 stores of an element share their low address bits, and on the 2-core Zen 5 of
-/// docs/benchmarks.md that pass ran at 0.4 GB/s (-O2, scalar) and 6.5 GB/s (-O3 -march=native),
-/// below the AdamW step it bounds (18 GB/s, same run). Staggered, the same loop streams again.
+/// 4 loads and 3 stores of an element share their low address bits, and on a 2-core AMD EPYC
+/// (Zen 4) VM that pass ran at 0.4-1 GB/s (-O2, scalar) and 6-16 GB/s (-O3 -march=native), below
+/// the AdamW step it bounds (docs/benchmarks.md). Staggered, the same loop streams again.
 template <std::size_t Reads, std::size_t Writes>
 class staggered_limit {
   static_assert(Writes <= Reads && Writes > 0, "an in-place update writes some of its arrays");
