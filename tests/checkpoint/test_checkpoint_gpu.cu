@@ -580,3 +580,49 @@ BOOST_AUTO_TEST_CASE(offloaded_cuda_trainer_checkpoints_and_resumes_bitwise) {
                   hone::constant_lr{.base_lr = 0.01});
   check_resumed(c, cm, false);
 }
+
+// A CUDA restore stages through two bounded pinned buffers: with 24-byte buffers every tensor
+// crosses many chunk boundaries (6 floats each, odd tensor sizes), and the result is still the
+// host checkpoint's bits while no staging buffer grows past the bound.
+BOOST_AUTO_TEST_CASE(device_restore_stages_through_bounded_pinned_buffers) {
+  temp_root root;
+  linear<float> hm(dim);
+  hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  for (int s = 0; s < 2; ++s) {
+    const std::vector<batch> parts = batches_of(s);
+    (void)ht.step(std::span<const batch>(parts));
+  }
+  ck::snapshot hs;
+  ck::capture(ht, hs);
+  const fs::path dir = ck::write_snapshot(root.path, ht.steps_done(), hs,
+                                          {.compression = std::nullopt, .sync = false});
+  device_linear<float> dm(dim);
+  hone::trainer dt(dm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  const ck::tensor_file weights = ck::tensor_file::open(dir / ck::files::weights);
+  const ck::tensor_file optimizer = ck::tensor_file::open(dir / ck::files::optimizer);
+  ck::detail::trainer_loader<true> load(dt, 24);
+  const auto master = dt.master_weights();
+  for (std::size_t i = 0; i < dt.layout().size(); ++i) {
+    const auto& slot = dt.layout()[i];
+    load.load_weights(weights, slot.name, master.subspan(slot.offset, slot.count));
+  }
+  dt.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+    load.load_state(optimizer, a, std::string(name) + ".");
+  });
+  load.finish();
+  BOOST_TEST(load.staging_capacity() <= 24u);
+  const std::span<const float> hmaster = ht.master_weights();
+  BOOST_TEST(same_bits(download(master.data(), dt.layout().total()),
+                       std::vector<float>(hmaster.begin(), hmaster.end())));
+  std::vector<std::vector<float>> host_state, device_state;
+  ht.optimizer_state().for_each_tensor([&](std::string_view, const auto& a) {
+    host_state.emplace_back(a.all().begin(), a.all().end());
+  });
+  dt.optimizer_state().for_each_tensor([&](std::string_view, const auto& a) {
+    device_state.push_back(download(a.all().data(), a.all().size()));
+  });
+  BOOST_TEST_REQUIRE(host_state.size() == device_state.size());
+  for (std::size_t k = 0; k < host_state.size(); ++k) {
+    BOOST_TEST(same_bits(device_state[k], host_state[k]));
+  }
+}
