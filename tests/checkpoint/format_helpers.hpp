@@ -14,6 +14,7 @@
 
 #include <hone/core/error.hpp>
 
+#include "../io/io_helpers.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace ckpt_test {
@@ -44,27 +45,8 @@ inline bytes float_bytes(std::initializer_list<float> v) {
   return b;
 }
 
-/// Asserts that `f` throws hone::checkpoint_error whose message contains every fragment.
-template <class F>
-void expect_checkpoint_error(F&& f, std::initializer_list<std::string_view> fragments) {
-  try {
-    f();
-    BOOST_ERROR("no checkpoint_error thrown");
-  } catch (const hone::checkpoint_error& e) {
-    const std::string msg = e.what();
-    for (auto frag : fragments) {
-      BOOST_TEST(msg.find(frag) != std::string::npos, "'" << msg << "' lacks '" << frag << "'");
-    }
-  }
-}
-
-template <class T>
-std::vector<T> pattern(std::size_t n, unsigned seed) {
-  std::vector<T> v(n);
-  auto* p = reinterpret_cast<unsigned char*>(v.data());
-  std::mt19937 rng(seed);
-  for (std::size_t i = 0; i < n * sizeof(T); ++i) p[i] = static_cast<unsigned char>(rng());
-  return v;
-}
+// Shared with the io tests: checkpoint_error assertions and pseudo-random patterns.
+using io_test::expect_checkpoint_error;
+using io_test::pattern;
 
 }  // namespace ckpt_test
