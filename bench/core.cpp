@@ -102,8 +102,9 @@ void multi_tensor_axpy_hone(benchmark::State& state, hone::host_tuning tuning) {
   hone_bench::report_threads(state);
 }
 
-void multi_tensor_axpy_limit(benchmark::State& state) {
-  auto& limit = axpy_limit();
+/// A limit's streaming loop as a benchmark (the same-run ceiling of a workload).
+template <class Limit>
+void run_limit(benchmark::State& state, Limit& limit) {
   limit.run();
   for (auto _ : state) {
     limit.run();
@@ -247,27 +248,17 @@ void for_each_adamw_arena(benchmark::State& state) {
   hone_bench::report_threads(state);
 }
 
-template <class Limit>
-void for_each_adamw_limit(benchmark::State& state, Limit& limit) {
-  limit.run();
-  for (auto _ : state) {
-    limit.run();
-    benchmark::ClobberMemory();
-  }
-  hone_bench::report_bytes(state, limit.bytes_per_pass());
-  hone_bench::report_threads(state);
-}
-
 bool register_benchmarks() {
   hone_bench::add("multi_tensor_axpy_64M", "hone",
                   [](benchmark::State& s) { multi_tensor_axpy_hone(s, hone::host_tuning{}); });
-  hone_bench::add("multi_tensor_axpy_64M", "limit", multi_tensor_axpy_limit);
+  hone_bench::add("multi_tensor_axpy_64M", "limit",
+                  [](benchmark::State& s) { run_limit(s, axpy_limit()); });
   hone_bench::add("for_each_adamw_64M", "hone", for_each_adamw_hone);
   hone_bench::add("for_each_adamw_64M", "hone_arena", for_each_adamw_arena);
   hone_bench::add("for_each_adamw_64M", "limit",
-                  [](benchmark::State& s) { for_each_adamw_limit(s, adamw_limit()); });
+                  [](benchmark::State& s) { run_limit(s, adamw_limit()); });
   hone_bench::add("for_each_adamw_64M", "limit_unstaggered",
-                  [](benchmark::State& s) { for_each_adamw_limit(s, adamw_contiguous_limit()); });
+                  [](benchmark::State& s) { run_limit(s, adamw_contiguous_limit()); });
   return true;
 }
 
