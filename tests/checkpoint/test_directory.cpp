@@ -79,10 +79,16 @@ BOOST_AUTO_TEST_CASE(commit_is_atomic_and_listed) {
   // An aborted (destroyed) pending checkpoint leaves nothing behind.
   { ck::pending_checkpoint pc = ck::pending_checkpoint::for_step(r.path, 8); }
   BOOST_TEST(std::distance(fs::directory_iterator(r.path), fs::directory_iterator{}) == 1);
-  // Saving the same step again replaces it.
+  // Saving the same step again replaces it (in one exchange: nothing is left beside it, neither
+  // the old checkpoint nor a temporary).
+  const auto marker = [&] { return fs::exists(r.path / "step-000000007" / "marker.bin"); };
+  std::ofstream(r.path / "step-000000007" / "marker.bin") << "from the old checkpoint";
+  BOOST_TEST(marker());
   save_sync(r.path, 7);
+  BOOST_TEST(!marker());
   BOOST_TEST(ck::list_checkpoints(r.path).size() == 1u);
   BOOST_TEST(ck::verify_directory(r.path / "step-000000007").ok());
+  BOOST_TEST(std::distance(fs::directory_iterator(r.path), fs::directory_iterator{}) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(leftovers_are_cleaned_and_live_ones_kept) {

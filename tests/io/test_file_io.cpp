@@ -125,3 +125,28 @@ BOOST_AUTO_TEST_CASE(descriptor_functions_name_the_path) {
   io::sync_directory(dir.path);
   BOOST_CHECK_THROW(io::sync_directory(dir / "absent"), hone::io_error);
 }
+
+BOOST_AUTO_TEST_CASE(exchange_paths_swaps_two_directories_in_one_step) {
+  temp_dir d("hone-io-exchange");
+  fs::create_directories(d.path / "a");
+  fs::create_directories(d.path / "b");
+  (void)io::write_file(d.path / "a" / "x", std::string_view("A"), false);
+  (void)io::write_file(d.path / "b" / "x", std::string_view("B"), false);
+  const bool exchanged = io::exchange_paths(d.path / "a", d.path / "b");
+  if (!exchanged) {
+    BOOST_TEST_MESSAGE("this file system cannot exchange paths; the fallback is tested elsewhere");
+    return;
+  }
+  BOOST_TEST(io::read_small_file(d.path / "a" / "x", 16) == "B");
+  BOOST_TEST(io::read_small_file(d.path / "b" / "x", 16) == "A");
+  // A missing side is an io_error naming both paths, and nothing moves.
+  try {
+    (void)io::exchange_paths(d.path / "a", d.path / "missing");
+    BOOST_ERROR("no io_error thrown");
+  } catch (const hone::io_error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("exchange") != std::string::npos, msg);
+    BOOST_TEST(msg.find("missing") != std::string::npos, msg);
+  }
+  BOOST_TEST(io::read_small_file(d.path / "a" / "x", 16) == "B");
+}

@@ -189,12 +189,22 @@ class pending_checkpoint {
   [[nodiscard]] const manifest& files() const noexcept { return manifest_; }
 
   /// Writes the MANIFEST, fsyncs, renames into place, fsyncs the parent. An existing checkpoint
-  /// at final_path() (the same step saved again) is replaced. Returns final_path().
+  /// at final_path() (the same step saved again) is replaced in one atomic exchange
+  /// (io::exchange_paths), so a kill at any moment leaves the old or the new checkpoint at
+  /// final_path(); only a file system without RENAME_EXCHANGE falls back to moving the old one
+  /// aside first (a kill between the two renames then leaves it at its "old-" temporary name).
+  /// Returns final_path().
   const std::filesystem::path& commit() {
     require(!done_, "hone::checkpoint::pending_checkpoint::commit: already committed or aborted");
     const std::filesystem::path parent = temp_.parent_path();
     manifest_.write(file(files::manifest));
     io::sync_directory(temp_);
+    if (std::filesystem::exists(final_) && io::exchange_paths(temp_, final_)) {
+      done_ = true;
+      io::sync_directory(parent);
+      io::remove_tree(temp_);  // the previous checkpoint, now at the temporary name
+      return final_;
+    }
     std::filesystem::path old;
     if (std::filesystem::exists(final_)) {
       old = io::temp_sibling(final_, "old-");

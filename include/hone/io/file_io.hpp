@@ -7,7 +7,7 @@
 //    costs no second read.
 //  - input_file: pread with exact-size checks (a short file is an io::format_error, "truncated").
 //  - mapped_file: a read-only mmap of a whole file (what the tensor readers validate and view).
-//  - read_small_file, hash_file, write_file, sync_directory, rename_path.
+//  - read_small_file, hash_file, write_file, sync_directory, rename_path, exchange_paths.
 //  - unique_fd, open_or_throw, fsync_or_throw, regular_file_size: the descriptor-level pieces, for
 //    files that need other system calls (ftruncate, fallocate, a shared mmap).
 //
@@ -19,7 +19,7 @@
 #pragma once
 
 #include <fcntl.h>
-#include <stdio.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28, _GNU_SOURCE)
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -241,6 +241,18 @@ inline void rename_path(const std::filesystem::path& from, const std::filesystem
   if (::rename(from.c_str(), to.c_str()) != 0) {
     throw_io_error("rename '" + from.string() + "' to", to, errno);
   }
+}
+
+/// Swaps the paths `a` and `b` in one atomic step (renameat2 with RENAME_EXCHANGE: both must
+/// exist; a directory may swap with a directory). Returns false, changing nothing, when the file
+/// system or kernel cannot exchange (EINVAL, ENOSYS, ENOTSUP: the caller falls back to renames);
+/// io_error naming both paths on any other failure. Make it durable with sync_directory() on the
+/// parent.
+inline bool exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  if (err == EINVAL || err == ENOSYS || err == ENOTSUP) return false;
+  throw_io_error("exchange '" + a.string() + "' with", b, err);
 }
 
 /// A regular file opened for reading at explicit offsets.

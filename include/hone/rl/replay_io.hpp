@@ -51,8 +51,6 @@
 //   hone::mmap_storage is its own file on disk and is not saved this way (a compile error).
 #pragma once
 
-#include <fcntl.h>  // AT_FDCWD
-#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28 with _GNU_SOURCE)
 
 #include <algorithm>
 #include <cerrno>
@@ -215,26 +213,11 @@ inline replay_saved_state parse_replay_state(const std::filesystem::path& path) 
   return out;
 }
 
-// Moves the finished temporary directory into place (see the top of this file).
+// Moves the finished temporary directory into place (see the top of this file): the checkpoint
+// commit, which exchanges it atomically with a previous save.
 inline void commit_replay_dir(checkpoint::pending_checkpoint& pending,
-                              const std::filesystem::path& dir) {
-  if (!std::filesystem::exists(dir)) {
-    pending.commit();
-    return;
-  }
-  pending.files().write(pending.file(checkpoint::files::manifest));
-  io::sync_directory(pending.temp_path());
-  if (::renameat2(AT_FDCWD, pending.temp_path().c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) ==
-      0) {
-    io::sync_directory(replay_parent(dir));
-    pending.abort();  // removes the temporary name, which now holds the previous save
-    return;
-  }
-  const int err = errno;
-  if (err != EINVAL && err != ENOSYS && err != ENOTSUP) {
-    io::throw_io_error("exchange with '" + dir.string() + "'", pending.temp_path(), err);
-  }
-  pending.commit();  // two renames: the previous save is moved aside first
+                              const std::filesystem::path& /*dir*/) {
+  pending.commit();
 }
 
 }  // namespace detail
