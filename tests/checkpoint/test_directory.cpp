@@ -267,3 +267,48 @@ BOOST_AUTO_TEST_CASE(background_errors_surface_at_the_next_call) {
     BOOST_TEST(!e.path().filename().string().starts_with(".tmp-"));
   }
 }
+
+BOOST_AUTO_TEST_CASE(a_fill_callback_may_ask_the_writer_about_itself) {
+  temp_root r;
+  for (const bool async : {false, true}) {
+    ck::checkpoint_writer w({.root = r.path / (async ? "async" : "sync"), .async = async});
+    for (std::uint64_t step = 1; step <= 3; ++step) {
+      BOOST_TEST(w.save(step, [&](ck::snapshot& s) {
+        w.check();  // these took the writer's lock, held during fill: a deadlock
+        BOOST_TEST(!w.busy());
+        (void)w.saves_committed();
+        BOOST_CHECK_THROW((void)w.save(99, [](ck::snapshot&) {}), hone::config_error);
+        fill(s, step);
+      }));
+    }
+    w.wait();
+    BOOST_TEST(w.saves_committed() == 3u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_background_error_is_never_dropped) {
+  temp_root r;
+  hook_guard g;
+  ck::write_fault_hook() = [](const fs::path& p) {
+    if (p.filename() == ck::files::state) io::throw_io_error("write", p, ENOSPC);
+  };
+  // Destroyed without anyone checking: the error reaches on_unobserved_error.
+  std::string reported;
+  {
+    ck::checkpoint_writer w(
+        {.root = r.path / "a", .async = true, .on_unobserved_error = [&](std::exception_ptr e) {
+           try {
+             std::rethrow_exception(e);
+           } catch (const hone::io_error& x) {
+             reported = x.what();
+           }
+         }});
+    BOOST_TEST(w.save(1, [&](ck::snapshot& s) { fill(s, 1); }));
+  }
+  BOOST_TEST(reported.find("state.json") != std::string::npos, reported);
+  // close() waits and throws it.
+  ck::checkpoint_writer w({.root = r.path / "b", .async = true});
+  BOOST_TEST(w.save(1, [&](ck::snapshot& s) { fill(s, 1); }));
+  BOOST_CHECK_THROW(w.close(), hone::io_error);
+  BOOST_CHECK_THROW((void)w.save(2, [&](ck::snapshot& s) { fill(s, 2); }), hone::config_error);
+}

@@ -28,9 +28,11 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <ranges>
@@ -308,6 +310,10 @@ struct writer_options {
   bool sync = true;                                  // fsync files and directories
   std::optional<retention_policy> retention{};       // applied after each commit
   bool clean_leftovers = true;                       // remove killed writers' temporaries at start
+  /// Called by the destructor with a background save's error that nobody observed (no save(),
+  /// check(), wait() or close() after it failed): a destructor cannot throw, and the error must
+  /// not vanish. Default (empty): the error is printed to stderr, naming the root.
+  std::function<void(std::exception_ptr)> on_unobserved_error{};
 };
 
 /// Saves checkpoints of a run under one root, synchronously or one at a time in the background.
@@ -321,24 +327,59 @@ class checkpoint_writer {
   }
   checkpoint_writer(const checkpoint_writer&) = delete;
   checkpoint_writer& operator=(const checkpoint_writer&) = delete;
-  /// Waits for the save in flight. An error it raised is lost here: call wait() first to see it.
+  /// Waits for the save in flight. A background error nobody observed goes to
+  /// writer_options::on_unobserved_error (default: stderr); call close() to have it thrown.
   ~checkpoint_writer() {
-    if (worker_.joinable()) {
-      {
-        std::lock_guard lock(mutex_);
-        stop_ = true;
-      }
-      cv_.notify_all();
-      worker_.join();
+    stop_worker();
+    std::exception_ptr err;
+    {
+      std::lock_guard lock(mutex_);
+      err = std::exchange(error_, nullptr);
     }
+    if (!err) return;
+    if (options_.on_unobserved_error) {
+      try {
+        options_.on_unobserved_error(err);
+      } catch (...) {  // a destructor must not throw
+      }
+      return;
+    }
+    try {
+      std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr,
+                   "hone::checkpoint::checkpoint_writer (root '%s'): a background save failed "
+                   "and the error was never checked: %s\n",
+                   options_.root.c_str(), e.what());
+    } catch (...) {
+      std::fprintf(stderr,
+                   "hone::checkpoint::checkpoint_writer (root '%s'): a background save failed "
+                   "with a non-standard exception and the error was never checked\n",
+                   options_.root.c_str());
+    }
+  }
+
+  /// Waits for the save in flight, stops the background thread and throws its error, if any:
+  /// the end of a run (the destructor cannot throw). save() afterwards is a config_error.
+  void close() {
+    stop_worker();
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    rethrow_locked();
   }
 
   /// Saves the checkpoint of `step`: `fill(snapshot&)` copies the state into the (reused)
   /// snapshot; then the files are written, now or in the background. Returns false when the save
   /// was skipped (async, on_busy::skip, a save still running). Rethrows a background error.
+  /// `fill` runs without the writer's lock held (the background thread is idle then), so it may
+  /// call check(), busy() and the other accessors.
   template <class Fill>
   bool save(std::uint64_t step, Fill&& fill) {
     std::unique_lock lock(mutex_);
+    require(!closed_, "hone::checkpoint::checkpoint_writer::save: the writer was closed");
+    require(!filling_,
+            "hone::checkpoint::checkpoint_writer::save: called from inside a save's fill "
+            "callback; save again after it returns");
     rethrow_locked();
     if (options_.async && pending_) {
       if (options_.busy == on_busy::skip) {
@@ -348,13 +389,25 @@ class checkpoint_writer {
       done_cv_.wait(lock, [&] { return !pending_; });
       rethrow_locked();
     }
-    snapshot_.clear();
-    fill(snapshot_);
+    filling_ = true;  // the snapshot is ours until pending_ is set
+    lock.unlock();
+    try {
+      snapshot_.clear();
+      fill(snapshot_);
+    } catch (...) {
+      lock.lock();
+      filling_ = false;
+      throw;
+    }
     if (!options_.async) {
+      lock.lock();
+      filling_ = false;
       lock.unlock();
       write_one(step);
       return true;
     }
+    lock.lock();
+    filling_ = false;
     step_ = step;
     pending_ = true;
     lock.unlock();
@@ -400,6 +453,16 @@ class checkpoint_writer {
   [[nodiscard]] const snapshot& staging() const noexcept { return snapshot_; }
 
  private:
+  void stop_worker() noexcept {
+    if (!worker_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
   void rethrow_locked() {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
@@ -443,6 +506,8 @@ class checkpoint_writer {
   std::thread worker_;
   bool stop_ = false;
   bool pending_ = false;
+  bool filling_ = false;  // a save's fill callback is running (without the lock)
+  bool closed_ = false;
   std::uint64_t step_ = 0;
   std::exception_ptr error_;
   std::size_t skipped_ = 0;
