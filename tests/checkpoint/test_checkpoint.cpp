@@ -66,6 +66,18 @@ BOOST_AUTO_TEST_CASE(manifest_round_trip_and_strictness) {
   expect_checkpoint_error(
       [&] { (void)ck::manifest::parse(text.substr(0, text.find("end ")), "M"); },
       {"ends before its \"end\" line"});
+  // Damaged bytes are quoted escaped: an escape sequence in a corrupted MANIFEST never reaches the
+  // user's terminal raw.
+  const std::string hostile = "hone-manifest 9 \x1b[2J\x07\xff\n";
+  try {
+    (void)ck::manifest::parse(hostile, "M");
+    BOOST_ERROR("no checkpoint_error thrown");
+  } catch (const hone::checkpoint_error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("\\x1b[2J\\x07\\xff") != std::string::npos, msg);
+    BOOST_TEST(std::none_of(msg.begin(), msg.end(),
+                            [](char c) { return static_cast<unsigned char>(c) < 0x20; }));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(verify_directory_finds_damage) {

@@ -150,3 +150,11 @@ BOOST_AUTO_TEST_CASE(exchange_paths_swaps_two_directories_in_one_step) {
   }
   BOOST_TEST(io::read_small_file(d.path / "a" / "x", 16) == "B");
 }
+
+BOOST_AUTO_TEST_CASE(escaped_quotes_damaged_bytes_safely) {
+  BOOST_TEST(io::escaped("plain text") == "plain text");
+  BOOST_TEST(io::escaped(std::string_view("a\"b\\c\n\x1b\x7f\xc3\xa9\0", 11)) ==
+             "a\\\"b\\\\c\\x0a\\x1b\\x7f\\xc3\\xa9\\x00");
+  BOOST_TEST(io::escaped("abcdef", 3) == "abc...");
+  BOOST_TEST(io::escaped("", 3).empty());
+}

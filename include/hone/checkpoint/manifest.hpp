@@ -35,6 +35,7 @@
 #include "hone/checkpoint/hash.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/error.hpp"
 #include "hone/io/file_io.hpp"
 #include "hone/io/hash.hpp"
 
@@ -142,7 +143,7 @@ class manifest {
     const std::string_view first = next_line();
     if (first != manifest_header) {
       if (first.substr(0, 14) == "hone-manifest ") {
-        fail("unsupported MANIFEST version or hash: \"" + std::string(first.substr(0, 64)) +
+        fail("unsupported MANIFEST version or hash: \"" + io::escaped(first, 64) +
              "\" (this hone reads \"" + std::string(manifest_header) + "\")");
       }
       fail("not a hone MANIFEST (the first line must be \"" + std::string(manifest_header) + "\")");
@@ -176,12 +177,12 @@ class manifest {
           std::from_chars(size_text.data(), size_text.data() + size_text.size(), size);
       if (ec != std::errc() || p != size_text.data() + size_text.size() ||
           (size_text.size() > 1 && size_text[0] == '0')) {
-        fail("the size \"" + std::string(size_text.substr(0, 32)) +
+        fail("the size \"" + io::escaped(size_text, 32) +
              "\" is not a decimal number below 2^64 without leading zeros");
       }
       const std::string_view name = rest.substr(sp + 1);
       if (!is_valid_manifest_name(name)) {
-        fail("\"" + std::string(name.substr(0, 64)) + "\" is not a valid checkpoint file name");
+        fail("\"" + io::escaped(name, 64) + "\" is not a valid checkpoint file name");
       }
       if (!m.entries_.empty() && !(m.entries_.back().name < name)) {
         fail("names must be sorted and unique; \"" + std::string(name) + "\" follows \"" +

@@ -40,6 +40,7 @@
 #include "hone/checkpoint/json.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/io/error.hpp"
 #include "hone/io/file_io.hpp"
 #include "hone/io/json.hpp"
 #include "hone/precision/loss_scale.hpp"
@@ -163,7 +164,7 @@ inline std::map<std::string, std::string, std::less<>> string_map(const io::json
   std::map<std::string, std::string, std::less<>> out;
   for (const auto& [k, x] : v.as_object()) {
     if (!x.is_string()) {
-      state_fail(context, "field \"" + std::string(field) + "\": entry '" + k.substr(0, 200) +
+      state_fail(context, "field \"" + std::string(field) + "\": entry '" + io::escaped(k, 200) +
                               "' is " + std::string(io::json::kind_name(x.type())) +
                               ", not a string");
     }
@@ -183,7 +184,8 @@ inline std::map<std::string, std::string, std::less<>> string_map(const io::json
     (void)v;
     if (k != "format" && k != "version" && k != "step" && k != "loss_scale" && k != "schedule" &&
         k != "rng" && k != "data" && k != "metadata" && k != "early_stopping") {
-      state_fail(context, "unknown field \"" + k.substr(0, 200) + "\" (written by a newer hone?)");
+      state_fail(context,
+                 "unknown field \"" + io::escaped(k, 200) + "\" (written by a newer hone?)");
     }
   }
   const io::json::value* format = root.find("format");
@@ -208,7 +210,7 @@ inline std::map<std::string, std::string, std::less<>> string_map(const io::json
       (void)v;
       if (k != "scale" && k != "growth_tracker" && k != "hysteresis_tracker" &&
           k != "skipped_steps") {
-        state_fail(context, "unknown field \"loss_scale." + k.substr(0, 200) + "\"");
+        state_fail(context, "unknown field \"loss_scale." + io::escaped(k, 200) + "\"");
       }
     }
     loss_scale_state l;

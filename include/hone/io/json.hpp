@@ -673,7 +673,7 @@ class parser {
     std::sort(keys.begin(), keys.end());
     const auto dup = std::adjacent_find(keys.begin(), keys.end());
     if (dup != keys.end()) {
-      fail("duplicate key \"" + std::string(dup->substr(0, 200)) + "\" in an object");
+      fail("duplicate key \"" + io::escaped(*dup, 200) + "\" in an object");
     }
   }
 
