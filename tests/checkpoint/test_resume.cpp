@@ -318,3 +318,64 @@ BOOST_AUTO_TEST_CASE(resume_with_early_stopping_stops_at_the_same_step_with_the_
   BOOST_CHECK_THROW(ck::restore_early_stopping(ed, c->path, none), hone::checkpoint_error);
   fs::remove_all(root);
 }
+
+namespace {
+/// One matrix parameter of a given shape (24 elements) whose gradient is the weight itself.
+struct matrix_model {
+  std::vector<std::size_t> shape;
+  std::vector<float> w, g;
+  explicit matrix_model(std::vector<std::size_t> s) : shape(std::move(s)), w(24), g(24) {
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.01f * static_cast<float>(i) - 0.1f;
+  }
+  std::vector<hone::parameter<float>> parameters() { return {{"w", shape, w, g}}; }
+  float forward_backward(const batch& /*b*/, float scale) {
+    for (std::size_t i = 0; i < w.size(); ++i) g[i] = w[i] * scale;
+    return 0.0f;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(shapes_come_from_the_model_and_a_mismatch_is_refused) {
+  const fs::path root =
+      fs::temp_directory_path() / ("hone-test-shapes-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  matrix_model a({4, 6});
+  hone::trainer ta(a, hone::adamw{});
+  (void)ta.step(batch{});
+  ck::snapshot s;
+  ck::capture(ta, s);  // no shapes passed: the model's
+  const fs::path dir =
+      ck::write_snapshot(root, ta.steps_done(), s, {.compression = std::nullopt, .sync = false});
+  const ck::tensor_file wf = ck::tensor_file::open(dir / ck::files::weights);
+  BOOST_TEST((wf.find("w")->shape == ck::shape_type{4, 6}));
+  const ck::tensor_file of = ck::tensor_file::open(dir / ck::files::optimizer);
+  BOOST_TEST((of.find("exp_avg.w")->shape == ck::shape_type{4, 6}));
+
+  // The same elements, transposed shape: refused, naming the tensor, both shapes and the file.
+  matrix_model b({6, 4});
+  hone::trainer tb(b, hone::adamw{});
+  const std::vector<float> before = b.w;
+  try {
+    (void)ck::restore(tb, dir);
+    BOOST_ERROR("no checkpoint_error thrown");
+  } catch (const hone::checkpoint_error& e) {
+    const std::string msg = e.what();
+    for (const char* frag : {"'w'", "[4, 6]", "[6, 4]", "flat = true"}) {
+      BOOST_TEST(msg.find(frag) != std::string::npos, msg << " lacks " << frag);
+    }
+    BOOST_TEST(msg.find(dir.string()) != std::string::npos, msg);
+  }
+  BOOST_TEST(b.w == before);  // nothing was loaded
+  BOOST_TEST(tb.steps_done() == 0u);
+  // Asked for explicitly, the flat restore loads element by element.
+  (void)ck::restore(tb, dir, ck::trainer_restore_options{.flat = true});
+  BOOST_TEST(b.w == a.w);
+  BOOST_TEST(tb.steps_done() == 1u);
+  // The same shape restores as before.
+  matrix_model c({4, 6});
+  hone::trainer tc(c, hone::adamw{});
+  (void)ck::restore(tc, dir);
+  BOOST_TEST(c.w == a.w);
+  fs::remove_all(root);
+}

@@ -69,7 +69,48 @@ template <class Model>
   return out;
 }
 
+/// How restore() loads a trainer.
+struct trainer_restore_options {
+  bool verify = true;  // verify the directory (MANIFEST, sizes, hashes) first
+  // Restore tensors whose stored shape differs from the model's parameter shape element by
+  // element (same element count). Off: such a restore is refused, naming the tensor, both shapes
+  // and the file. A tensor stored 1-D (saved without shapes) always restores element by element.
+  bool flat = false;
+};
+
 namespace detail {
+/// The model's parameter shapes that describe its tensors (a shape whose element count is the
+/// parameter's; an empty or inconsistent shape is left out, so such a tensor is saved 1-D).
+template <class Trainer>
+[[nodiscard]] shape_map model_shapes(Trainer& t) {
+  shape_map out;
+  for (auto&& p : model_traits<typename Trainer::model_type>::parameters(t.model())) {
+    shape_type s(std::ranges::begin(p.shape), std::ranges::end(p.shape));
+    if (s.empty()) continue;
+    std::uint64_t n = 1;
+    for (const auto d : s) n *= d;
+    if (n == static_cast<std::uint64_t>(p.value.size()))
+      out.insert_or_assign(std::string(p.name), s);
+  }
+  return out;
+}
+
+/// Refuses a stored tensor whose shape differs from the model's (unless 1-D: saved flat).
+inline void check_stored_shape(const tensor_file& f, const std::string& tensor,
+                               const shape_map& shapes, const std::string& param,
+                               const std::filesystem::path& dir) {
+  const auto it = shapes.find(param);
+  const tensor_info* info = f.find(tensor);
+  if (it == shapes.end() || info == nullptr || info->shape.size() <= 1) return;
+  if (info->shape == it->second) return;
+  throw checkpoint_error("hone::checkpoint::restore: tensor '" + tensor + "' in checkpoint '" +
+                         dir.string() + "' has shape " + shape_string(info->shape) +
+                         " but the model's parameter '" + param + "' has shape " +
+                         shape_string(it->second) +
+                         "; restore into a model with the same shapes, or pass "
+                         "trainer_restore_options{.flat = true} to restore element by element");
+}
+
 inline shape_type shape_of(const trainer_save_options& o, std::string_view name,
                            std::uint64_t count) {
   if (o.shapes != nullptr) {
@@ -174,6 +215,12 @@ inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool v
 }
 }  // namespace detail
 
+namespace detail {
+template <class Trainer>
+void capture_with(Trainer& t, snapshot& s, const training_state& extra,
+                  const trainer_save_options& o);
+}  // namespace detail
+
 /// Copies a trainer's state into `s`: weights (and, for content_policy::full, optimizer state),
 /// plus state.json from `extra` (its rng, data and metadata are kept; step, loss_scale and
 /// schedule are the trainer's). The same function serves host and CUDA trainers (the latter with
@@ -182,6 +229,21 @@ inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool v
 template <class Trainer>
 void capture(Trainer& t, snapshot& s, const training_state& extra = {},
              const trainer_save_options& o = {}) {
+  // Shapes: the caller's, else the model's own parameter shapes.
+  shape_map own_shapes;
+  trainer_save_options options = o;
+  if (options.shapes == nullptr) {
+    own_shapes = detail::model_shapes(t);
+    options.shapes = &own_shapes;
+  }
+  detail::capture_with(t, s, extra, options);
+}
+
+namespace detail {
+/// capture() with the tensor shapes already decided (o.shapes, or 1-D).
+template <class Trainer>
+void capture_with(Trainer& t, snapshot& s, const training_state& extra,
+                  const trainer_save_options& o) {
   using working = typename Trainer::working_type;
   const bool full = o.content == content_policy::full;
   const io::dtype wdt = o.export_weights ? o.weights_dtype
@@ -211,6 +273,7 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
   sched.set("step", t.steps_done());
   s.state.schedule = std::move(sched);
 }
+}  // namespace detail
 
 /// Restores a trainer from the checkpoint directory `dir` (verified first unless `verify` is
 /// false: a damaged checkpoint is refused with checkpoint_error): master weights (published into
@@ -218,11 +281,27 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
 /// scaler. Returns the state, whose rng, data and metadata the caller restores. Host and CUDA
 /// trainers alike (see capture).
 template <class Trainer>
-training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
-  const detail::trainer_files f = detail::open_trainer_files(dir, verify);
+training_state restore(Trainer& t, const std::filesystem::path& dir,
+                       const trainer_restore_options& ro) {
+  const detail::trainer_files f = detail::open_trainer_files(dir, ro.verify);
+  const auto& layout = t.layout();
+  if (!ro.flat) {  // every shape is checked before anything is loaded
+    const shape_map shapes = detail::model_shapes(t);
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      detail::check_stored_shape(f.weights, layout[i].name, shapes, layout[i].name, dir);
+    }
+    if (f.optimizer) {
+      t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const std::string& param = a.layout()[i].name;
+          detail::check_stored_shape(*f.optimizer, std::string(name) + "." + param, shapes, param,
+                                     dir);
+        }
+      });
+    }
+  }
   detail::trainer_loader<detail::device_state_trainer_v<Trainer>> load(t);
   const auto master = t.master_weights();
-  const auto& layout = t.layout();
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const auto& slot = layout[i];
     load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
@@ -237,6 +316,12 @@ training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify
   t.set_steps_done(f.state.step);
   if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);
   return f.state;
+}
+
+/// restore() with trainer_restore_options{.verify = verify}.
+template <class Trainer>
+training_state restore(Trainer& t, const std::filesystem::path& dir, bool verify = true) {
+  return restore(t, dir, trainer_restore_options{.verify = verify, .flat = false});
 }
 
 /// The file of the early-stopping best weights in a checkpoint.

@@ -176,6 +176,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
 
   // ---- state, for checkpoints and inspection ----
   [[nodiscard]] std::uint64_t steps_done() const noexcept { return p_.step; }
+  /// The model the trainer was built on.
+  [[nodiscard]] Model& model() noexcept { return *p_.model; }
   [[nodiscard]] const arena_layout& layout() const noexcept { return p_.layout; }
   /// fp32 master weights: in the model's space (the model's own weights when they are bound
   /// zero-copy: std::span on the host, hone::device_span on CUDA), or with the offload role the
