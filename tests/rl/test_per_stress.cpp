@@ -24,19 +24,11 @@
 #include <thread>
 #include <vector>
 
+#include "../support/sanitizers.hpp"
+
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr std::size_t sample_calls = 2000;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr std::size_t sample_calls = 2000;
-#else
-constexpr std::size_t sample_calls = 20000;
-#endif
-#else
-constexpr std::size_t sample_calls = 20000;
-#endif
+constexpr std::size_t sample_calls = hone_test::under_tsan ? 2000 : 20000;
 constexpr std::size_t writers = 4;
 constexpr double insertion = 1e9;        // initial_priority: above every update value
 constexpr std::size_t batch_size = 16;   // rows per sample

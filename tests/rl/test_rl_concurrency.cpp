@@ -12,19 +12,11 @@
 #include <thread>
 #include <vector>
 
+#include "../support/sanitizers.hpp"
+
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr std::uint64_t per_writer = 3000;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr std::uint64_t per_writer = 3000;
-#else
-constexpr std::uint64_t per_writer = 20000;
-#endif
-#else
-constexpr std::uint64_t per_writer = 20000;
-#endif
+constexpr std::uint64_t per_writer = hone_test::under_tsan ? 3000 : 20000;
 constexpr std::size_t writers = 4;
 
 using step = hone::transition<hone::field<"id", std::uint64_t>, hone::field<"obs", float, 8>,

@@ -54,13 +54,13 @@
 #include "hone/core/half.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/offload/transport.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/optim/detail/simd.hpp"
 #include "hone/optim/optimizer.hpp"
 #include "hone/optim/param_group.hpp"
 #include "hone/optim/sgd.hpp"
-#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace offload {

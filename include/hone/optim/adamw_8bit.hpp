@@ -35,12 +35,12 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/multi_tensor.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/core/space.hpp"
 #include "hone/optim/adamw.hpp"
 #include "hone/optim/detail/simd.hpp"
 #include "hone/optim/optimizer.hpp"
 #include "hone/optim/quantization.hpp"
-#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

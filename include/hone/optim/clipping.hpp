@@ -29,8 +29,8 @@
 #include "hone/core/error.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
-#include "hone/optim/detail/simd.hpp"
 #include "hone/core/roles.hpp"
+#include "hone/optim/detail/simd.hpp"
 
 HONE_NAMESPACE_BEGIN
 

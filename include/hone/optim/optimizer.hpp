@@ -25,9 +25,9 @@
 #include "hone/core/arena.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/core/space.hpp"
 #include "hone/optim/param_group.hpp"
-#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -21,10 +21,10 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/multi_tensor.hpp"
+#include "hone/core/roles.hpp"
 #include "hone/core/space.hpp"
 #include "hone/optim/detail/simd.hpp"
 #include "hone/optim/optimizer.hpp"
-#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -17,8 +17,8 @@
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/half.hpp"
-#include "hone/precision/loss_scale.hpp"
 #include "hone/core/roles.hpp"
+#include "hone/precision/loss_scale.hpp"
 
 HONE_NAMESPACE_BEGIN
 

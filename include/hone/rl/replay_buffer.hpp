@@ -112,10 +112,10 @@ class replay_buffer {
   /// buffer(1 << 20, hone::prioritized<>{.alpha = 0.7}, hone::n_step<3>{.gamma = 0.99}).
   explicit replay_buffer(std::size_t capacity, const Policies&... policies)
       : capacity_(capacity),
-        storage_(
-            make_storage(capacity, policy_of<roles::replay_storage, ring_storage>(policies...))),
-        sampler_(capacity, policy_of<roles::replay_sampler, uniform>(policies...)),
-        returns_(policy_of<roles::replay_returns, one_step>(policies...)),
+        storage_(make_storage(capacity,
+                              hone::policy_of<roles::replay_storage, ring_storage>(policies...))),
+        sampler_(capacity, hone::policy_of<roles::replay_sampler, uniform>(policies...)),
+        returns_(hone::policy_of<roles::replay_returns, one_step>(policies...)),
         window_(returns_) {
     if constexpr (concurrent) {
       tags_ = buffer<std::uint64_t>(capacity, empty_tag);
@@ -427,16 +427,6 @@ class replay_buffer {
           static_cast<std::size_t>(std::min<std::uint64_t>(end - seq, capacity_ - slot));
       sampler_.insert(slot, run);
       seq += run;
-    }
-  }
-
-  template <class Role, class Default>
-  static pick<Role, Default> policy_of(const Policies&... policies) {
-    constexpr std::size_t i = role_index_v<Role, Policies...>;
-    if constexpr (i < sizeof...(Policies)) {
-      return std::get<i>(std::forward_as_tuple(policies...));
-    } else {
-      return Default{};
     }
   }
 

@@ -51,7 +51,6 @@
 //   hone::mmap_storage is its own file on disk and is not saved this way (a compile error).
 #pragma once
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "hone/core/roles.hpp"
 #include "hone/schedule/common.hpp"
 #include "hone/schedule/constant.hpp"
 #include "hone/schedule/cosine.hpp"
 #include "hone/schedule/linear_warmup.hpp"
 #include "hone/schedule/one_cycle.hpp"
 #include "hone/schedule/wsd.hpp"
-#include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
 

@@ -296,24 +296,24 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     }
     const arena_layout& layout = p_.layout;
     p_.master_grad = arena<float, space_type>(layout);
-    p_.laid_out = true;  // the working weights are one arena with the layout's offsets
-    for (std::size_t i = 0; p_.laid_out && i < views.size(); ++i) {
-      p_.laid_out = reinterpret_cast<std::uintptr_t>(views[i].first) ==
-                    reinterpret_cast<std::uintptr_t>(views[0].first) +
-                        layout[i].offset * sizeof(working_type);
+    bool laid_out = true;  // the working weights are one arena with the layout's offsets
+    for (std::size_t i = 0; laid_out && i < views.size(); ++i) {
+      laid_out = reinterpret_cast<std::uintptr_t>(views[i].first) ==
+                 reinterpret_cast<std::uintptr_t>(views[0].first) +
+                     layout[i].offset * sizeof(working_type);
     }
     if constexpr (offloaded) {
       // The master weights are the engine's (host); the engine publishes working weights into one
       // arena in the model's space: the model's own when it is laid out, else a staging arena that
       // copy_work_to_model spreads over the model's tensors.
       p_.master = engine_.master().all().data();
-      if (p_.laid_out) {
+      if (laid_out) {
         p_.device_params = views[0].first;
       } else {
         p_.work = arena<working_type, space_type>(layout);
         p_.device_params = p_.work.all().data();
       }
-    } else if (p_.laid_out && std::is_same_v<working_type, float>) {
+    } else if (laid_out && std::is_same_v<working_type, float>) {
       p_.master = reinterpret_cast<float*>(views[0].first);
       p_.zero_copy = true;
     } else {
@@ -325,7 +325,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       const std::size_t off = layout[i].offset;
       p_.grads.add(n, p_.master_grad_data() + off, views[i].second);
       if constexpr (offloaded) {
-        if (!p_.laid_out) {
+        if (!laid_out) {
           p_.work_in.add(n, p_.device_params + off, views[i].first);
           p_.work_out.add(n, views[i].first, p_.device_params + off);
         }

@@ -219,7 +219,6 @@ struct trainer_parts {
   arena<float, Space> master_grad;  // the fp32 master gradients (one flat arena)
   float* master = nullptr;          // the fp32 master weights (in Space; host with offload)
   bool zero_copy = false;           // master IS the model's fp32 weights (bound arena views)
-  bool laid_out = false;            // the model's working weights are one arena of the layout
   [[no_unique_address]] local_state_type state;
   arena<working_type, Space> work;        // offload: flat working weights (unless the model's)
   working_type* device_params = nullptr;  // offload: the working weights the engine publishes
