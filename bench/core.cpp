@@ -2,16 +2,15 @@
 //
 // multi_tensor_axpy_64M: y += a * x over 64 Mi floats held in 300 separately allocated tensors of
 // a model-like mix (bench/support/workloads.hpp), one hone::for_each over a tensor_lists per
-// iteration (12 bytes per element: read x and y, write y). Its limit streams the same bytes over
-// one contiguous allocation (limit<2, 1>), on the same oneTBB threads, in the same run.
+// iteration (12 bytes per element: read x and y, write y). Its limit streams the same bytes
+// (limit<2, 1>, one row per streaming kernel), on the same oneTBB threads, in the same run.
 //
 // for_each_adamw_64M: hone's own AdamW functor (adamw_functor<float>) run by hone::for_each over a
 // tensor_lists of (param, grad, exp_avg, exp_avg_sq) whose 4 x 300 tensors are separately
 // allocated, in the same model-like mix (64 Mi = 67.1 M parameters; 28 bytes per parameter: read
 // p g m v, write p m v). Variant "hone_arena": the optimizer state's own step
 // (adamw_state::step) over arenas of the same tensors. Limit: limit<4, 3>'s pass over 64 Mi
-// elements with its arrays staggered (staggered_limit below); "limit_unstaggered" is limit<4, 3>
-// itself, whose arrays lie exactly 256 MiB apart.
+// elements, one row per streaming kernel (bench/support/limit.hpp).
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 
@@ -102,18 +101,6 @@ void multi_tensor_axpy_hone(benchmark::State& state, hone::host_tuning tuning) {
   hone_bench::report_threads(state);
 }
 
-/// A limit's streaming loop as a benchmark (the same-run ceiling of a workload).
-template <class Limit>
-void run_limit(benchmark::State& state, Limit& limit) {
-  limit.run();
-  for (auto _ : state) {
-    limit.run();
-    benchmark::ClobberMemory();
-  }
-  hone_bench::report_bytes(state, limit.bytes_per_pass());
-  hone_bench::report_threads(state);
-}
-
 // ---- for_each_adamw_64M ------------------------------------------------------------------------
 
 /// The AdamW step the workload runs: step 10 of a run at lr 1e-3 (PyTorch's other defaults).
@@ -124,64 +111,7 @@ tensor_set<4>& adamw_tensors() {  // lists 0..3: param, grad, exp_avg, exp_avg_s
   static tensor_set<4> set(axpy_sizes());
   return set;
 }
-/// The limit of an in-place update over `Reads` arrays of `n` floats, `Writes` of them written:
-/// limit.hpp's streaming loop (hone_bench::detail::stream_range) over one allocation, cut into
-/// 64 Ki-element tasks, with array k placed k * (4 KiB + 64 B) further than limit<Reads, Writes>
-/// places it. Why: with 64 Mi elements, limit<4, 3>'s arrays lie exactly 256 MiB apart, so the
-/// 4 loads and 3 stores of an element share their low address bits, and on a 2-core AMD EPYC
-/// (Zen 4) VM that pass ran at 0.4-1 GB/s (-O2, scalar) and 6-16 GB/s (-O3 -march=native), below
-/// the AdamW step it bounds (docs/benchmarks.md). Staggered, the same loop streams again.
-template <std::size_t Reads, std::size_t Writes>
-class staggered_limit {
-  static_assert(Writes <= Reads && Writes > 0, "an in-place update writes some of its arrays");
-  using word = std::uint32_t;
-  static constexpr std::size_t stagger = (4096 + 64) / sizeof(word);
-
- public:
-  explicit staggered_limit(std::size_t n) : n_(n), storage_(Reads * (n + stagger)) {
-    word* base = storage_.data();
-    for (std::size_t k = 0; k < Reads; ++k) {
-      word* p = base + k * (n + stagger);
-      if (k < Reads - Writes) {
-        arrays_.ro[k] = p;
-      } else {
-        arrays_.rw[k - (Reads - Writes)] = p;
-      }
-    }
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, storage_.size(), grain),
-                      [base](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                          base[i] = static_cast<word>(i * 2654435761u);
-                        }
-                      });
-    run();
-  }
-  void run() {
-    const word mask = mask_;  // volatile load: opaque to the optimizer, 0 at run time
-    const auto& a = arrays_;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n_, grain),
-                      [&a, mask](const tbb::blocked_range<std::size_t>& r) {
-                        hone_bench::detail::stream_range(a, mask, r.begin(), r.end());
-                      });
-  }
-  [[nodiscard]] std::size_t bytes_per_pass() const noexcept {
-    return n_ * sizeof(word) * (Reads + Writes);
-  }
-
- private:
-  static constexpr std::size_t grain = std::size_t{1} << 16;
-  std::size_t n_;
-  hone::buffer<word> storage_;
-  hone_bench::detail::stream_arrays<word, Reads - Writes, Writes, 0> arrays_{};
-  inline static volatile word mask_ = 0;
-};
-
-staggered_limit<4, 3>& adamw_limit() {
-  static staggered_limit<4, 3> limit(hone_bench::multi_tensor_total);
-  return limit;
-}
-/// The same pass with limit.hpp's placement (arrays exactly 64 Mi elements apart), for comparison.
-hone_bench::limit<4, 3>& adamw_contiguous_limit() {
+hone_bench::limit<4, 3>& adamw_limit() {
   static hone_bench::limit<4, 3> limit(hone_bench::multi_tensor_total);
   return limit;
 }
@@ -251,14 +181,16 @@ void for_each_adamw_arena(benchmark::State& state) {
 bool register_benchmarks() {
   hone_bench::add("multi_tensor_axpy_64M", "hone",
                   [](benchmark::State& s) { multi_tensor_axpy_hone(s, hone::host_tuning{}); });
-  hone_bench::add("multi_tensor_axpy_64M", "limit",
-                  [](benchmark::State& s) { run_limit(s, axpy_limit()); });
+  hone_bench::add_limits("multi_tensor_axpy_64M", [](hone_bench::stream_kernel k) {
+    axpy_limit().run(k);
+    return axpy_limit().bytes_per_pass();
+  });
   hone_bench::add("for_each_adamw_64M", "hone", for_each_adamw_hone);
   hone_bench::add("for_each_adamw_64M", "hone_arena", for_each_adamw_arena);
-  hone_bench::add("for_each_adamw_64M", "limit",
-                  [](benchmark::State& s) { run_limit(s, adamw_limit()); });
-  hone_bench::add("for_each_adamw_64M", "limit_unstaggered",
-                  [](benchmark::State& s) { run_limit(s, adamw_contiguous_limit()); });
+  hone_bench::add_limits("for_each_adamw_64M", [](hone_bench::stream_kernel k) {
+    adamw_limit().run(k);
+    return adamw_limit().bytes_per_pass();
+  });
   return true;
 }
 

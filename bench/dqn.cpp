@@ -68,7 +68,7 @@ void time_to_solve(benchmark::State& state) {
 
 bool register_benchmarks() {
   // Not hone_bench::add: that one times in real time, this one reports the training time only.
-  benchmark::RegisterBenchmark("dqn_cartpole_time_to_solve/hone", time_to_solve)
+  hone_bench::register_named("dqn_cartpole_time_to_solve/hone", time_to_solve)
       ->UseManualTime()
       ->Iterations(1)
       ->Repetitions(static_cast<int>(seeds.size()))

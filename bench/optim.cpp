@@ -124,41 +124,52 @@ template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::
 /// hone_bench::stream_limit with two element widths, for workloads whose arrays differ in size
 /// (bf16 gradients next to fp32 weights, 8-bit moment codes): `NarrowRO` arrays of `Narrow` only
 /// read, `NarrowRW` read and written in place; `WideRO`, `WideRW`, `WideWO` arrays of 4-byte words
-/// likewise, plus only written. Each array has `n` elements; the narrow arrays share one
-/// allocation and the wide ones another. Same cut over oneTBB threads as stream_limit.
+/// likewise, plus only written. Each array has `n` elements. Kernels (limit.hpp's stream_kernel):
+/// plain, the narrow arrays in one allocation and the wide ones in another, consecutive arrays
+/// staggered by hone_bench::stream_stagger_bytes as stream_limit's; arena, each array a separate
+/// allocation. No non-temporal kernel (its vectors would mix element widths). Same cut over oneTBB
+/// threads as stream_limit.
 template <class Narrow, std::size_t NarrowRO, std::size_t NarrowRW, std::size_t WideRO,
           std::size_t WideRW, std::size_t WideWO = 0>
 class mixed_limit {
   static_assert(sizeof(Narrow) == 1 || sizeof(Narrow) == 2, "narrow arrays hold 1 or 2 bytes");
   static constexpr std::size_t narrow_arrays = NarrowRO + NarrowRW;
   static constexpr std::size_t wide_arrays = WideRO + WideRW + WideWO;
+  using arrays_t = mixed_arrays<Narrow, NarrowRO, NarrowRW, WideRO, WideRW, WideWO>;
+
+  template <class U>
+  static constexpr std::size_t pitch(std::size_t n) {
+    return (n + 64 / sizeof(U) - 1) / (64 / sizeof(U)) * (64 / sizeof(U)) +
+           hone_bench::stream_stagger_bytes / sizeof(U);
+  }
 
  public:
+  /// The kernels this limit has.
+  static std::vector<hone_bench::stream_kernel> kernels() {
+    return {hone_bench::stream_kernel::plain, hone_bench::stream_kernel::arena};
+  }
+
   explicit mixed_limit(std::size_t n, hone_bench::limit_tuning tuning = {})
-      : n_(n), tuning_(tuning), narrow_(n * narrow_arrays), wide_(n * wide_arrays) {
+      : n_(n),
+        tuning_(tuning),
+        narrow_(pitch<Narrow>(n) * narrow_arrays),
+        wide_(pitch<std::uint32_t>(n) * wide_arrays) {
     Narrow* nb = narrow_.data();
     std::uint32_t* wb = wide_.data();
-    for (std::size_t k = 0; k < NarrowRO; ++k) arrays_.nro[k] = nb + k * n;
-    for (std::size_t k = 0; k < NarrowRW; ++k) arrays_.nrw[k] = nb + (NarrowRO + k) * n;
-    for (std::size_t k = 0; k < WideRO; ++k) arrays_.wro[k] = wb + k * n;
-    for (std::size_t k = 0; k < WideRW; ++k) arrays_.wrw[k] = wb + (WideRO + k) * n;
-    for (std::size_t k = 0; k < WideWO; ++k) arrays_.wwo[k] = wb + (WideRO + WideRW + k) * n;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n * narrow_arrays, tuning_.grain),
-                      [nb](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i)
-                          nb[i] = static_cast<Narrow>(i * 2654435761u);
-                      });
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n * wide_arrays, tuning_.grain),
-                      [wb](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i)
-                          wb[i] = static_cast<std::uint32_t>(i * 2654435761u);
-                      });
+    for (std::size_t k = 0; k < narrow_arrays; ++k)
+      place_narrow(staggered_, k, nb + k * pitch<Narrow>(n));
+    for (std::size_t k = 0; k < wide_arrays; ++k) {
+      place_wide(staggered_, k, wb + k * pitch<std::uint32_t>(n));
+    }
+    hone_bench::detail::first_touch(nb, narrow_.size(), tuning_.grain, 0);
+    hone_bench::detail::first_touch(wb, wide_.size(), tuning_.grain, 0);
     run();
   }
 
-  void run() {
+  void run(hone_bench::stream_kernel kernel = hone_bench::stream_kernel::plain) {
     const std::uint32_t mask = mask_;
-    const auto& a = arrays_;
+    if (kernel == hone_bench::stream_kernel::arena && arena_narrow_.empty()) make_arena();
+    const auto& a = kernel == hone_bench::stream_kernel::arena ? arena_ : staggered_;
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n_, tuning_.grain),
                       [&a, mask](const tbb::blocked_range<std::size_t>& r) {
                         mixed_range(a, mask, r.begin(), r.end());
@@ -170,11 +181,43 @@ class mixed_limit {
   }
 
  private:
+  static void place_narrow(arrays_t& a, std::size_t k, Narrow* p) {
+    if (k < NarrowRO) {
+      a.nro[k] = p;
+    } else {
+      a.nrw[k - NarrowRO] = p;
+    }
+  }
+  static void place_wide(arrays_t& a, std::size_t k, std::uint32_t* p) {
+    if (k < WideRO) {
+      a.wro[k] = p;
+    } else if (k < WideRO + WideRW) {
+      a.wrw[k - WideRO] = p;
+    } else {
+      a.wwo[k - WideRO - WideRW] = p;
+    }
+  }
+  void make_arena() {
+    for (std::size_t k = 0; k < narrow_arrays; ++k) {
+      arena_narrow_.emplace_back(n_);
+      hone_bench::detail::first_touch(arena_narrow_.back().data(), n_, tuning_.grain, k * n_);
+      place_narrow(arena_, k, arena_narrow_.back().data());
+    }
+    for (std::size_t k = 0; k < wide_arrays; ++k) {
+      arena_wide_.emplace_back(n_);
+      hone_bench::detail::first_touch(arena_wide_.back().data(), n_, tuning_.grain, k * n_);
+      place_wide(arena_, k, arena_wide_.back().data());
+    }
+  }
+
   std::size_t n_;
   hone_bench::limit_tuning tuning_;
   hone::buffer<Narrow> narrow_;
   hone::buffer<std::uint32_t> wide_;
-  mixed_arrays<Narrow, NarrowRO, NarrowRW, WideRO, WideRW, WideWO> arrays_{};
+  arrays_t staggered_{};
+  std::vector<hone::buffer<Narrow>> arena_narrow_;
+  std::vector<hone::buffer<std::uint32_t>> arena_wide_;
+  arrays_t arena_{};
   inline static volatile std::uint32_t mask_ = 0;
 };
 
@@ -298,10 +341,20 @@ void adamw_fp32_hone(benchmark::State& state, std::size_t total) {
             [&] { d.adamw.step(d.policy, {.step = ++d.adamw_steps, .lr = lr}, d.p(), d.g()); });
 }
 
-template <std::size_t Total>
-void adamw_fp32_limit(benchmark::State& state) {
-  auto& limit = limit_of<hone_bench::limit<4, 3>, Total>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
+/// Registers the limit rows of `workload`: one pass of `Limit` (constructed on first use over
+/// the parameters of the Total model) per iteration, one row per kernel it has.
+template <class Limit, std::size_t Total>
+void add_limit_rows(const std::string& workload,
+                    std::vector<hone_bench::stream_kernel> kernels = {
+                        hone_bench::stream_kernels.begin(), hone_bench::stream_kernels.end()}) {
+  hone_bench::add_limits(
+      workload,
+      [](hone_bench::stream_kernel k) {
+        auto& limit = limit_of<Limit, Total>();
+        limit.run(k);
+        return limit.bytes_per_pass();
+      },
+      std::move(kernels));
 }
 
 /// bf16 gradients at the offsets of the fp32 layout (the step indexes both by the same slot
@@ -320,12 +373,6 @@ void adamw_bf16grad_hone(benchmark::State& state) {
   static bf16_grads b(d);
   run_timed(state, d.params * 26,
             [&] { b.adamw.step(d.policy, {.step = ++b.steps, .lr = lr}, d.p(), b.grad.data()); });
-}
-
-void adamw_bf16grad_limit(benchmark::State& state) {
-  // p, m, v: fp32 read and written; g: 2 bytes read.
-  auto& limit = limit_of<mixed_limit<std::uint16_t, 1, 0, 0, 3>, hone_bench::optim_64M>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
 }
 
 // ---- unscale_check_64M, unscale_check_fp16_64M ------------------------------------------------
@@ -370,12 +417,6 @@ void unscale_check_hone(benchmark::State& state) {
   });
 }
 
-void unscale_check_limit(benchmark::State& state) {
-  // grads: read; master grads: written.
-  auto& limit = limit_of<hone_bench::stream_limit<float, 1, 0, 1>, hone_bench::optim_64M>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
-}
-
 void unscale_check_fp16_hone(benchmark::State& state) {
   auto& d = data(hone_bench::optim_64M);
   auto& u = unscale_set();
@@ -383,12 +424,6 @@ void unscale_check_fp16_hone(benchmark::State& state) {
   run_timed(state, d.params * 6, [&] {
     sink_norm = hone::unscale_accumulate_into(u.from_fp16, 1.0f / loss_scale_of(++k), false);
   });
-}
-
-void unscale_check_fp16_limit(benchmark::State& state) {
-  // fp16 grads: 2 bytes read; master grads: 4 bytes written.
-  auto& limit = limit_of<mixed_limit<std::uint16_t, 1, 0, 0, 0, 1>, hone_bench::optim_64M>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
 }
 
 // ---- sgd_momentum_64M -------------------------------------------------------------------------
@@ -400,11 +435,6 @@ void sgd_momentum_hone(benchmark::State& state) {
   static std::uint64_t steps = 0;
   run_timed(state, d.params * 20,
             [&] { sgd.step(policy, {.step = ++steps, .lr = lr}, d.p(), d.g()); });
-}
-
-void sgd_momentum_limit(benchmark::State& state) {
-  auto& limit = limit_of<hone_bench::limit<3, 2>, hone_bench::optim_64M>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
 }
 
 // ---- adamw8bit_64M ----------------------------------------------------------------------------
@@ -439,14 +469,6 @@ void adamw8bit_hone(benchmark::State& state) {
       static_cast<double>(a.state.bytes()) / static_cast<double>(d.adamw.bytes());
 }
 
-void adamw8bit_limit(benchmark::State& state) {
-  // p: fp32 read and written; g: fp32 read; the two moment codes: 1 byte read and written: 16
-  // bytes per parameter. hone's row also counts the block absmax (16 bytes per 256 elements) and
-  // the fp32 moments of the small slots: 16.08 bytes per parameter on the 64 Mi mix.
-  auto& limit = limit_of<mixed_limit<std::uint8_t, 0, 2, 1, 1>, hone_bench::optim_64M>();
-  run_timed(state, limit.bytes_per_pass(), [&] { limit.run(); });
-}
-
 // ---- full_step_64M ----------------------------------------------------------------------------
 
 // max_norm above the gradients' norm: the coefficient is 1. The torch peer's clip_grad_norm_
@@ -471,13 +493,14 @@ void full_step_hone(benchmark::State& state) {
   });
 }
 
-void full_step_limit(benchmark::State& state) {
+/// One pass of the full step's limit: a read-only pass over the gradients, then limit<4, 3>
+/// with the given kernel.
+std::size_t full_step_limit(hone_bench::stream_kernel kernel) {
   static read_limit norm_pass(data(hone_bench::optim_64M).params);
   auto& update = limit_of<hone_bench::limit<4, 3>, hone_bench::optim_64M>();
-  run_timed(state, norm_pass.bytes_per_pass() + update.bytes_per_pass(), [&] {
-    norm_pass.run();
-    update.run();
-  });
+  norm_pass.run();
+  update.run(kernel);
+  return norm_pass.bytes_per_pass() + update.bytes_per_pass();
 }
 
 // ---- trainer_overhead -------------------------------------------------------------------------
@@ -623,45 +646,54 @@ void trainer_overhead_hand(benchmark::State& state) {
   run_timed(state, m.params * 44, [&] { h.step(); });
 }
 
-void trainer_overhead_limit(benchmark::State& state) {
-  // The copy (read 4, write 4), the unscale pass (read 4, write 4), the AdamW pass (28).
+/// One pass of the trainer step's limit with the given kernel: the copy (read 4, write 4), the
+/// unscale pass (read 4, write 4), the AdamW pass (28).
+std::size_t trainer_overhead_limit(hone_bench::stream_kernel kernel) {
   auto& copy = limit_of<hone_bench::stream_limit<float, 1, 0, 1>, trainer_total>();
   auto& update = limit_of<hone_bench::limit<4, 3>, trainer_total>();
-  run_timed(state, 2 * copy.bytes_per_pass() + update.bytes_per_pass(), [&] {
-    copy.run();
-    copy.run();
-    update.run();
-  });
+  copy.run(kernel);
+  copy.run(kernel);
+  update.run(kernel);
+  return 2 * copy.bytes_per_pass() + update.bytes_per_pass();
 }
 
 // ---- registration -----------------------------------------------------------------------------
 
 bool register_benchmarks() {
   using hone_bench::add;
-  add("adamw_fp32_1M", "hone",
-      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_1M); });
-  add("adamw_fp32_1M", "limit", adamw_fp32_limit<hone_bench::optim_1M>);
-  add("adamw_fp32_16M", "hone",
-      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_16M); });
-  add("adamw_fp32_16M", "limit", adamw_fp32_limit<hone_bench::optim_16M>);
-  add("adamw_fp32_64M", "hone",
-      [](benchmark::State& s) { adamw_fp32_hone(s, hone_bench::optim_64M); });
-  add("adamw_fp32_64M", "limit", adamw_fp32_limit<hone_bench::optim_64M>);
+  using hone_bench::optim_16M;
+  using hone_bench::optim_1M;
+  using hone_bench::optim_64M;
+  add("adamw_fp32_1M", "hone", [](benchmark::State& s) { adamw_fp32_hone(s, optim_1M); });
+  add_limit_rows<hone_bench::limit<4, 3>, optim_1M>("adamw_fp32_1M");
+  add("adamw_fp32_16M", "hone", [](benchmark::State& s) { adamw_fp32_hone(s, optim_16M); });
+  add_limit_rows<hone_bench::limit<4, 3>, optim_16M>("adamw_fp32_16M");
+  add("adamw_fp32_64M", "hone", [](benchmark::State& s) { adamw_fp32_hone(s, optim_64M); });
+  add_limit_rows<hone_bench::limit<4, 3>, optim_64M>("adamw_fp32_64M");
   add("adamw_bf16grad_64M", "hone", adamw_bf16grad_hone);
-  add("adamw_bf16grad_64M", "limit", adamw_bf16grad_limit);
+  // p, m, v: fp32 read and written; g: 2 bytes read.
+  using bf16grad_limit = mixed_limit<std::uint16_t, 1, 0, 0, 3>;
+  add_limit_rows<bf16grad_limit, optim_64M>("adamw_bf16grad_64M", bf16grad_limit::kernels());
   add("unscale_check_64M", "hone", unscale_check_hone);
-  add("unscale_check_64M", "limit", unscale_check_limit);
+  // grads: read; master grads: written.
+  add_limit_rows<hone_bench::stream_limit<float, 1, 0, 1>, optim_64M>("unscale_check_64M");
   add("unscale_check_fp16_64M", "hone", unscale_check_fp16_hone);
-  add("unscale_check_fp16_64M", "limit", unscale_check_fp16_limit);
+  // fp16 grads: 2 bytes read; master grads: 4 bytes written.
+  using fp16_limit = mixed_limit<std::uint16_t, 1, 0, 0, 0, 1>;
+  add_limit_rows<fp16_limit, optim_64M>("unscale_check_fp16_64M", fp16_limit::kernels());
   add("sgd_momentum_64M", "hone", sgd_momentum_hone);
-  add("sgd_momentum_64M", "limit", sgd_momentum_limit);
+  add_limit_rows<hone_bench::limit<3, 2>, optim_64M>("sgd_momentum_64M");
   add("adamw8bit_64M", "hone", adamw8bit_hone);
-  add("adamw8bit_64M", "limit", adamw8bit_limit);
+  // p: fp32 read and written; g: fp32 read; the two moment codes: 1 byte read and written: 16
+  // bytes per parameter. hone's row also counts the block absmax (16 bytes per 256 elements) and
+  // the fp32 moments of the small slots: 16.08 bytes per parameter on the 64 Mi mix.
+  using adamw8_limit = mixed_limit<std::uint8_t, 0, 2, 1, 1>;
+  add_limit_rows<adamw8_limit, optim_64M>("adamw8bit_64M", adamw8_limit::kernels());
   add("full_step_64M", "hone", full_step_hone);
-  add("full_step_64M", "limit", full_step_limit);
+  hone_bench::add_limits("full_step_64M", full_step_limit);
   add("trainer_overhead", "hone", trainer_overhead_hone);
   add("trainer_overhead", "hand", trainer_overhead_hand);
-  add("trainer_overhead", "limit", trainer_overhead_limit);
+  hone_bench::add_limits("trainer_overhead", trainer_overhead_limit);
   return true;
 }
 

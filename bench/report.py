@@ -2,6 +2,7 @@
 """Turns Google Benchmark JSON output and peer results into results.json and prints a table.
 
 Usage:
+  bench/report.py --samples build/bench/raw/samples.json --out build/bench/results.json
   bench/report.py --gbench build/bench/raw/bench_core.json [...] \
                   [--peer build/bench/raw/peer_torch_multi_tensor.json ...] \
                   --out build/bench/results.json [--markdown]
@@ -21,7 +22,14 @@ the best one; "samples_ms" keeps every repetition's time per iteration. Every us
 Google Benchmark run (state.counters[...], e.g. bench_optim's "state_ratio") goes into the
 record's "counters" dict, the median over the repetitions (for "solved", a 0/1 outcome per
 repetition, the mean: the fraction solved); Google Benchmark's own fields are not counters. Peers write the same objects, with samples_ms and bytes_per_iter (see bench/peers/); a
-peer that could not run writes {"name", "impl", "available": false, "note"}.
+peer that could not run writes {"name", "impl", "available": false, "note"}. bench/driver.py
+(what scripts/bench runs) writes every sample of every implementation as such a record of one
+sample, with "interleaved" saying how the samples were taken; records of one (workload, impl) are
+pooled.
+
+A workload's limit is the best of its limit rows ("limit", "limit_nt", "limit_arena": one per
+streaming kernel, bench/support/limit.hpp); fraction_of_limit is against it, and "limit_impl"
+names it.
 
 The table gets a "notes" column when a record holds one of NOTE_KEYS (in "counters", or at the
 top level of a peer's record, e.g. the DQN peer's "env_steps_to_solve" and "solved"): the
@@ -81,14 +89,13 @@ def _seconds(entry: dict) -> float:
     return float(entry["real_time"]) * _TIME_SCALE[entry.get("time_unit", "ns")]
 
 
-def load_gbench(path: Path) -> list[dict]:
-    """One record per benchmark of a Google Benchmark JSON file, with its per-repetition times."""
-    doc = json.loads(path.read_text())
-    context = doc.get("context", {})
+def gbench_records(benchmarks: list[dict], context: dict, source: str) -> list[dict]:
+    """One record per benchmark of a list of Google Benchmark JSON entries (its "benchmarks"),
+    with its per-repetition times."""
     runs: dict[str, list[dict]] = {}
     medians: dict[str, dict] = {}
     order: list[str] = []
-    for b in doc.get("benchmarks", []):
+    for b in benchmarks:
         run_name = b.get("run_name", b["name"])
         if b.get("error_occurred"):
             print(f"report.py: {run_name}: {b.get('error_message', 'error')}", file=sys.stderr)
@@ -107,7 +114,7 @@ def load_gbench(path: Path) -> list[dict]:
             continue
         workload, impl = split_name(run_name)
         r: dict = {"name": workload, "impl": impl,
-                   "samples_ms": [_seconds(x) * 1e3 for x in reps], "source": path.stem}
+                   "samples_ms": [_seconds(x) * 1e3 for x in reps], "source": source}
         counters: dict[str, list[float]] = {}
         for x in reps:
             for key, value in x.items():
@@ -127,6 +134,12 @@ def load_gbench(path: Path) -> list[dict]:
                 r[key[5:]] = context[key]
         records.append(r)
     return records
+
+
+def load_gbench(path: Path) -> list[dict]:
+    """One record per benchmark of a Google Benchmark JSON file (--benchmark_out)."""
+    doc = json.loads(path.read_text())
+    return gbench_records(doc.get("benchmarks", []), doc.get("context", {}), path.stem)
 
 
 def load_peer(path: Path) -> list[dict]:
@@ -197,8 +210,24 @@ def _higher_is_better(r: dict) -> bool:
     return r.get("metric") != "time"
 
 
+def is_limit(impl: str) -> bool:
+    """A limit row: "limit" or one of its kernels ("limit_nt", "limit_arena", ...)."""
+    return impl == "limit" or impl.startswith("limit_")
+
+
+def best_limit(rows: dict[str, dict]) -> dict | None:
+    """The limit of a workload: the best of its limit rows (highest throughput, shortest time),
+    so that the ceiling is the fastest way of streaming the workload's bytes that was measured."""
+    limits = [r for impl, r in rows.items() if is_limit(impl) and r.get("value")]
+    if not limits:
+        return None
+    pick = max if _higher_is_better(limits[0]) else min
+    return pick(limits, key=lambda r: r["value"])
+
+
 def add_ratios(results: list[dict]) -> None:
-    """fraction_of_limit and ratio_vs_hone (> 1: better than the reference) per workload."""
+    """fraction_of_limit (against the best limit row, named in "limit_impl") and ratio_vs_hone
+    (> 1: better than the reference) per workload."""
     by_name: dict[str, dict[str, dict]] = {}
     for r in results:
         if r.get("available", True) and "value" in r:
@@ -206,12 +235,15 @@ def add_ratios(results: list[dict]) -> None:
     for r in results:
         if not r.get("available", True) or "value" not in r:
             continue
-        for ref_impl, key in (("limit", "fraction_of_limit"), ("hone", "ratio_vs_hone")):
-            ref = by_name[r["name"]].get(ref_impl)
+        rows = by_name[r["name"]]
+        for ref, key in ((best_limit(rows), "fraction_of_limit"),
+                         (rows.get("hone"), "ratio_vs_hone")):
             if ref is None or ref.get("metric") != r.get("metric") or not ref["value"]:
                 continue
             ratio = r["value"] / ref["value"]
             r[key] = ratio if _higher_is_better(r) else 1.0 / ratio
+            if key == "fraction_of_limit":
+                r["limit_impl"] = ref["impl"]
 
 
 def _number(v: float) -> str:
@@ -232,7 +264,7 @@ def note_text(r: dict) -> str:
 
 
 def _impl_rank(impl: str) -> tuple[int, str]:
-    return ({"limit": 0, "hone": 1}.get(impl, 2), impl)
+    return (0 if is_limit(impl) else 1 if impl == "hone" else 2, impl)
 
 
 def table(results: list[dict], markdown: bool = False) -> str:
@@ -276,6 +308,12 @@ def table(results: list[dict], markdown: bool = False) -> str:
     else:
         lines.append("  ".join("-" * w for w in widths))
     lines += [fmt(row) for row in rows[1:]]
+    if any(is_limit(r["impl"]) and r["impl"] != "limit" for r in results):
+        lines += ["", "vs limit: against the best limit row of the workload (limit: plain stores, "
+                  "limit_nt: non-temporal stores, limit_arena: one allocation per array)"]
+    rounds = {r.get("interleaved") for r in results if r.get("interleaved")}
+    if rounds:
+        lines += ["", "samples interleaved: " + "; ".join(sorted(rounds))]
     if notes:
         lines += ["", "unavailable:"] + notes
     return "\n".join(lines)
@@ -286,6 +324,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--gbench", nargs="*", default=[], type=Path,
                     help="Google Benchmark JSON files (--benchmark_out)")
     ap.add_argument("--peer", nargs="*", default=[], type=Path, help="peer result files")
+    ap.add_argument("--samples", nargs="*", default=[], type=Path,
+                    help="bench/driver.py's samples (records of single samples, any impl)")
     ap.add_argument("--out", type=Path, help="write results.json here")
     ap.add_argument("--table", type=Path, help="print the table of an existing results.json")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -298,7 +338,7 @@ def main(argv: list[str]) -> int:
     for path in args.gbench:
         if path.exists() and path.stat().st_size > 0:
             records += load_gbench(path)
-    for path in args.peer:
+    for path in [*args.peer, *args.samples]:
         if path.exists() and path.stat().st_size > 0:
             records += load_peer(path)
     results = combine(records)

@@ -65,13 +65,13 @@ def main(argv: list[str]) -> int:
                     lambda i: rb.update_priorities(idx[i], pri[i]))
 
         version = _common.package_version(cpprb, "cpprb")
-        results = per.run(
-            IMPL, wanted, args.sizes_dir, args.min_time, args.repetitions, build,
+        return _common.run(args, per.workload_list(
+            IMPL, wanted, args.sizes_dir, args.min_time, build,
             f"cpprb {version}: PrioritizedReplayBuffer (alpha 0.6, eps 1e-6)",
             {"sample": "rb.sample(256, beta=0.4): indexes, weights, gathered fields",
-             "update": "rb.update_priorities(256 indexes, 256 values)"})
+             "update": "rb.update_priorities(256 indexes, 256 values)"}), [], IMPL)
 
-    return _common.write(results, args.out)
+    return _common.run(args, [], results, IMPL)
 
 
 if __name__ == "__main__":

@@ -146,49 +146,74 @@ def main(argv: list[str]) -> int:
                  f"period), got {args.max_steps}")
 
     if not _common.select([WORKLOAD], IMPL, args.filter):
-        return _common.write([], args.out)
+        return _common.run(args, [], [], IMPL)
     try:
         import gymnasium as gym  # noqa: PLC0415  (optional dependencies)
         import stable_baselines3 as sb3  # noqa: PLC0415
         import torch  # noqa: PLC0415
     except Exception as e:  # ImportError, or a broken install
-        return _common.write(_common.unavailable(
-            [WORKLOAD], IMPL, f"stable_baselines3/gymnasium could not be imported: {e}"), args.out)
+        return _common.run(args, [], _common.unavailable(
+            [WORKLOAD], IMPL, f"stable_baselines3/gymnasium could not be imported: {e}"), IMPL)
 
     torch.set_num_threads(args.threads)
-    runs, errors = {}, []
-    for seed in seeds:
+    # One sample per seed. Measuring: every seed once (--repetitions is ignored). Serving: each
+    # request trains the next seed of the list (cycling), as bench_dqn's repetitions do.
+    runs: list[tuple[int, dict]] = []
+    errors: list[str] = []
+    turn = {"next": 0}
+
+    def train_next() -> float:
+        seed = seeds[turn["next"] % len(seeds)]
+        turn["next"] += 1
         try:
-            runs[seed] = train_seed(seed, args.max_steps, sb3, gym)
+            r = train_seed(seed, args.max_steps, sb3, gym)
         except Exception as e:  # noqa: BLE001  (reported, not fatal)
             errors.append(f"seed {seed}: {type(e).__name__}: {e}")
-        else:
-            r = runs[seed]
-            print(f"sb3_dqn_cartpole: seed {seed}: {'solved' if r['solved'] else 'not solved'} "
-                  f"at {r['steps']} steps, {r['seconds']:.1f} s of training, mean return "
-                  f"{r['mean_return']:.1f}", file=sys.stderr)
+            raise
+        runs.append((seed, r))
+        print(f"sb3_dqn_cartpole: seed {seed}: {'solved' if r['solved'] else 'not solved'} "
+              f"at {r['steps']} steps, {r['seconds']:.1f} s of training, mean return "
+              f"{r['mean_return']:.1f}", file=sys.stderr)
+        return r["seconds"]
+
+    def record(seconds: list[float]) -> dict:
+        done = runs[-len(seconds):]  # the runs these samples come from
+        solved = [r["solved"] for _, r in done]
+        steps = [r["steps"] for _, r in done]
+        rec = _common.time_ms(
+            WORKLOAD, IMPL, seconds, torch.get_num_threads(),
+            env_steps_to_solve=statistics.median(steps),
+            solved=sum(solved) / len(done),
+            # Per sample, so that records of single samples (serve mode) pool correctly.
+            counter_samples={"env_steps_to_solve": [float(x) for x in steps],
+                             "solved": [1.0 if x else 0.0 for x in solved]},
+            seeds=[s for s, _ in done],
+            env_steps_per_seed=steps,
+            solved_per_seed=solved,
+            mean_return_per_seed=[r["mean_return"] for _, r in done],
+            max_steps=args.max_steps,
+            peer=(f"stable-baselines3 {sb3.__version__}, gymnasium {gym.__version__}, torch "
+                  f"{torch.__version__}: DQN (rl-zoo CartPole-v1 hyperparameters), CPU"),
+            what=(f"training time until {EVAL_EPISODES} greedy episodes average >= "
+                  f"{SOLVED_RETURN:g} (evaluated every {EVAL_EVERY} steps, evaluation excluded), "
+                  f"one sample per seed"))
+        if errors:
+            rec["errors"] = list(errors)
+        return rec
+
+    if args.serve:
+        return _common.run(args, [_common.Workload(
+            WORKLOAD, IMPL, lambda: _common.Bench(train_next, record))], [], IMPL)
+
+    seconds = []
+    for _ in seeds:
+        try:
+            seconds.append(train_next())
+        except Exception:  # noqa: BLE001  (in errors)
+            pass
     if not runs:
         return _common.write(_common.unavailable([WORKLOAD], IMPL, "; ".join(errors)), args.out)
-
-    done = list(runs)
-    solved = [runs[s]["solved"] for s in done]
-    record = _common.time_ms(
-        WORKLOAD, IMPL, [runs[s]["seconds"] for s in done], torch.get_num_threads(),
-        env_steps_to_solve=statistics.median(runs[s]["steps"] for s in done),
-        solved=sum(solved) / len(done),
-        seeds=done,
-        env_steps_per_seed=[runs[s]["steps"] for s in done],
-        solved_per_seed=solved,
-        mean_return_per_seed=[runs[s]["mean_return"] for s in done],
-        max_steps=args.max_steps,
-        peer=(f"stable-baselines3 {sb3.__version__}, gymnasium {gym.__version__}, torch "
-              f"{torch.__version__}: DQN (rl-zoo CartPole-v1 hyperparameters), CPU"),
-        what=(f"training time until {EVAL_EPISODES} greedy episodes average >= "
-              f"{SOLVED_RETURN:g} (evaluated every {EVAL_EVERY} steps, evaluation excluded), "
-              f"one sample per seed"))
-    if errors:
-        record["errors"] = errors
-    return _common.write([record], args.out)
+    return _common.write([record(seconds)], args.out)
 
 
 if __name__ == "__main__":

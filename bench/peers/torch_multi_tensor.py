@@ -34,32 +34,39 @@ def main(argv: list[str]) -> int:
     suffix = "_cuda" if args.device == "cuda" else ""
     workloads = _common.select(WORKLOADS, "torch", args.filter, suffix)
     names = [w + suffix for w in workloads]
-    torch, results = _common.import_torch(names, "torch", args.device)
-    if torch is not None:
-        dev, sync = _common.torch_device(torch, args.threads, args.device)
-        for w in workloads:
-            bytes_per_elem, what = WORKLOADS[w]
-            sizes = _common.read_sizes(args.sizes_dir, w, "bench_core", suffix)
-            total = sum(sizes)
+    torch, unavailable = _common.import_torch(names, "torch", args.device)
+    if torch is None:
+        return _common.run(args, [], unavailable, "torch_multi_tensor")
+    dev, sync = _common.torch_device(torch, args.threads, args.device)
+
+    def setup(w: str) -> _common.Bench:
+        bytes_per_elem, what = WORKLOADS[w]
+        sizes = _common.read_sizes(args.sizes_dir, w, "bench_core", suffix)
+        total = sum(sizes)
+        ys = [torch.empty(n, dtype=torch.float32, device=dev) for n in sizes]
+        xs = [torch.empty(n, dtype=torch.float32, device=dev) for n in sizes]
+        with torch.no_grad():
+            # First touch (and the same values as the hone benchmark: base + (i % 1024)/1024).
+            for lst, base in ((ys, 0.25), (xs, 0.5)):
+                for t in lst:
+                    t.copy_(torch.arange(t.numel(), device=dev).remainder_(1024)
+                            .to(torch.float32).mul_(1.0 / 1024).add_(base))
+        a = 1e-3
+
+        def step():
             with torch.no_grad():
-                ys = [torch.empty(n, dtype=torch.float32, device=dev) for n in sizes]
-                xs = [torch.empty(n, dtype=torch.float32, device=dev) for n in sizes]
-                # First touch (and the same values as the hone benchmark: base + (i % 1024)/1024).
-                for lst, base in ((ys, 0.25), (xs, 0.5)):
-                    for t in lst:
-                        t.copy_(torch.arange(t.numel(), device=dev).remainder_(1024)
-                                .to(torch.float32).mul_(1.0 / 1024).add_(base))
-                a = 1e-3
-                times = _common.measure(lambda: torch._foreach_add_(ys, xs, alpha=a),
-                                        args.min_time, args.repetitions, sync)
-            results.append(_common.throughput(
+                torch._foreach_add_(ys, xs, alpha=a)
+
+        return _common.Bench(
+            _common.repeat(step, args.min_time, sync),
+            lambda times: _common.throughput(
                 w + suffix, "torch", times, total * bytes_per_elem, torch.get_num_threads(),
                 tensors=len(sizes),
                 peer=f"torch {torch.__version__}: torch._foreach_add_(ys, xs, alpha=a)",
                 what=what))
-            del ys, xs
 
-    return _common.write(results, args.out)
+    return _common.run(args, [_common.Workload(w + suffix, "torch", lambda w=w: setup(w))
+                              for w in workloads], [], "torch_multi_tensor")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ with `bench_optim --hone_print_sizes=<workload>`), --threads (default: all CPUs,
 """
 from __future__ import annotations
 
-import gc
 import sys
 from pathlib import Path
 
@@ -126,27 +125,31 @@ def main(argv: list[str]) -> int:
     workloads = [w for w in _common.select(WORKLOADS, "torch", args.filter, suffix)
                  if args.device == "cpu" or w in CUDA_WORKLOADS]
     names = [w + suffix for w in workloads]
-    torch, results = _common.import_torch(names, "torch", args.device)
-    if torch is not None:
-        dev, sync = _common.torch_device(torch, args.threads, args.device)
-        for w in workloads:
-            bytes_per_elem, what = WORKLOADS[w]
-            sizes = _common.read_sizes(args.sizes_dir, w, "bench_optim", suffix)
-            total = sum(sizes)
-            try:
-                fn, keep = workload_fn(torch, w, sizes, dev)
-                times = _common.measure(fn, args.min_time, args.repetitions, sync)
-            except Exception as e:  # an op this torch build lacks (fused=True on CPU: >= 2.4)
-                results += _common.unavailable(
-                    [w + suffix], "torch", f"torch {torch.__version__}: {type(e).__name__}: {e}")
-                continue
-            results.append(_common.throughput(
-                w + suffix, "torch", times, total * bytes_per_elem, torch.get_num_threads(),
-                tensors=len(sizes), peer=f"torch {torch.__version__}", what=what))
-            del fn, keep
-            gc.collect()
+    torch, unavailable = _common.import_torch(names, "torch", args.device)
+    if torch is None:
+        return _common.run(args, [], unavailable, "torch_optim")
+    dev, sync = _common.torch_device(torch, args.threads, args.device)
 
-    return _common.write(results, args.out)
+    def setup(w: str) -> _common.Bench:
+        # An op this torch build lacks (fused=True on CPU: >= 2.4) raises here or at the first
+        # sample: the workload is reported unavailable.
+        bytes_per_elem, what = WORKLOADS[w]
+        sizes = _common.read_sizes(args.sizes_dir, w, "bench_optim", suffix)
+        total = sum(sizes)
+        fn, keep = workload_fn(torch, w, sizes, dev)
+        fn()  # fails here rather than in the timing loop
+        sync()
+
+        def record(times: list[float]) -> dict:
+            keep  # noqa: B018  (the data live as long as the bench)
+            return _common.throughput(
+                w + suffix, "torch", times, total * bytes_per_elem, torch.get_num_threads(),
+                tensors=len(sizes), peer=f"torch {torch.__version__}", what=what)
+
+        return _common.Bench(_common.repeat(fn, args.min_time, sync), record)
+
+    return _common.run(args, [_common.Workload(w + suffix, "torch", lambda w=w: setup(w))
+                              for w in workloads], unavailable, "torch_optim")
 
 
 if __name__ == "__main__":

@@ -78,14 +78,14 @@ def main(argv: list[str]) -> int:
             pri = torch.rand(per.KEY_POOL, batch, generator=gen)
             return rb.sample, lambda i: rb.update_priority(idx[i], pri[i])
 
-        results = per.run(
-            IMPL, wanted, args.sizes_dir, args.min_time, args.repetitions, build,
+        return _common.run(args, per.workload_list(
+            IMPL, wanted, args.sizes_dir, args.min_time, build,
             f"torchrl {torchrl.__version__} (torch {torch.__version__}): "
             "TensorDictPrioritizedReplayBuffer + LazyTensorStorage (alpha 0.6, eps 1e-6)",
             {"sample": "rb.sample(): 256 rows, index and importance weights",
-             "update": "rb.update_priority(256 indexes, 256 values)"})
+             "update": "rb.update_priority(256 indexes, 256 values)"}), [], IMPL)
 
-    return _common.write(results, args.out)
+    return _common.run(args, [], results, IMPL)
 
 
 if __name__ == "__main__":

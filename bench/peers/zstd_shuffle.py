@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (measure, package_version, parser, read_data, select,  # noqa: E402
-                     throughput, unavailable, write)
+from _common import (Bench, Workload, package_version, parser, read_data,  # noqa: E402
+                     repeat, run, select, throughput, unavailable)
 
 IMPL = "zstd_shuffle"
 WORKLOADS = {"ckpt_compress_adam_v": 4, "ckpt_compress_bf16_weights": 2}  # bytes per element
@@ -32,15 +32,14 @@ def main(argv: list[str]) -> int:
     args = parser(__doc__).parse_args(argv)
     workloads = select(WORKLOADS, IMPL, args.filter)
     if not workloads:
-        return write([], args.out)
+        return run(args, [], [], IMPL)
     try:
         import numpy as np  # noqa: PLC0415
         import zstandard  # noqa: PLC0415
     except Exception as e:  # ImportError, or a broken install
-        return write(unavailable(workloads, IMPL, f"could not be imported: {e}"), args.out)
+        return run(args, [], unavailable(workloads, IMPL, f"could not be imported: {e}"), IMPL)
 
-    results = []
-    for w in workloads:
+    def setup(w: str) -> Bench:
         item = WORKLOADS[w]
         data = read_data(args.sizes_dir, w, "bench_checkpoint")
         if len(data) == 0 or len(data) % item != 0:
@@ -54,24 +53,24 @@ def main(argv: list[str]) -> int:
         def shuffle(a):
             return np.ascontiguousarray(a.reshape(-1, item).T).tobytes()
 
-        def run():
+        def compress():
             planes = [shuffle(a) for a in inputs]
             if args.threads > 1:
                 out = cctx.multi_compress_to_buffer(planes, threads=args.threads)
                 return sum(len(out[i]) for i in range(len(out)))
             return sum(len(cctx.compress(p)) for p in planes)
 
-        stored = run()
+        stored = compress()
         unshuffled = len(cctx.compress(data)) * copies
         raw = len(data) * copies
-        seconds = measure(run, args.min_time, args.repetitions)
-        results.append(throughput(
+        return Bench(repeat(compress, args.min_time), lambda seconds: throughput(
             w, IMPL, seconds, raw, args.threads, compress_ratio=raw / stored,
             compress_ratio_unshuffled=raw / unshuffled,
             peer=f"numpy {np.__version__} byte shuffle + zstandard "
                  f"{package_version(zstandard, 'zstandard')} level 1",
             what=f"{copies} copies of {len(data)} bytes, one frame per copy"))
-    return write(results, args.out)
+
+    return run(args, [Workload(w, IMPL, lambda w=w: setup(w)) for w in workloads], [], IMPL)
 
 
 if __name__ == "__main__":

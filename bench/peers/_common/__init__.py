@@ -12,11 +12,25 @@ The records are those of results.json (see bench/report.py): a measured workload
 {"name", "impl", "metric", "value", "unit", "best", "time_ms", "repetitions", "samples_ms", ...},
 one that could not run {"name", "impl", "available": false, "note"}.
 
+A peer describes its workloads as Workload objects (a name, and a setup that builds the data and
+returns a Bench: sample() runs one repetition, record(seconds) makes the record of a list of
+samples) and hands them to run(), which either measures them one after the other
+(--repetitions each, the result file of --out) or, with --serve, answers bench/driver.py's
+requests on stdin, one JSON line each, keeping the current workload's data between requests:
+  list        {"benchmarks": ["<workload>/<impl>", ...]}
+  run <name>  one repetition of <workload>/<impl>: {"name": ..., "record": <a record of one
+              sample>} (an unavailable record when the workload cannot run here)
+  quit        exits (as does the end of stdin)
+The first line is {"hello": <peer>, "protocol": 1}; anything else the peer prints goes to
+stderr in this mode. The C++ benchmark programs speak the same protocol (--hone_serve,
+bench/support/harness.hpp), with "runs" in Google Benchmark's JSON shape instead of "record".
+
 Standard library only.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -46,6 +60,8 @@ def parser(doc: str | None, threads: int | None = None, device: bool = False
         ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--filter", default=".")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--serve", action="store_true",
+                    help="answer bench/driver.py's requests on stdin (see bench/peers/_common)")
     return ap
 
 
@@ -90,43 +106,56 @@ def _no_sync() -> None:
     pass
 
 
-def measure(fn: Callable[[], object], min_time: float, repetitions: int,
-            sync: Callable[[], object] = _no_sync) -> list[float]:
-    """Seconds per call of fn, one value per repetition; each repetition runs for at least
-    min_time, its number of calls calibrated first (as Google Benchmark does). One warm-up call;
-    sync() (e.g. torch.cuda.synchronize) runs before every clock read."""
-    fn()  # warm-up (creates lazily built state, e.g. an optimizer's)
-    sync()
-    calls = 1
-    while True:
+def repeat(fn: Callable[[], object], min_time: float,
+           sync: Callable[[], object] = _no_sync) -> Callable[[], float]:
+    """A sampler of fn: each call of the returned function runs one repetition and returns the
+    seconds per call of fn in it. A repetition runs for at least min_time; its number of calls
+    is calibrated at the first repetition (one warm-up call, then 1, 4, 16, ... calls until
+    min_time / 5 is spent, as Google Benchmark does). sync() (e.g. torch.cuda.synchronize) runs
+    before every clock read."""
+    state: dict[str, int] = {}
+
+    def calibrate() -> int:
+        fn()  # warm-up (creates lazily built state, e.g. an optimizer's)
+        sync()
+        calls = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            dt = time.perf_counter() - t0
+            if dt >= min_time * 0.2 or calls >= 1 << 20:
+                break
+            calls *= 4
+        return max(1, int(calls * min_time / max(dt, 1e-9)))
+
+    def sample() -> float:
+        if "calls" not in state:
+            state["calls"] = calibrate()
+        calls = state["calls"]
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         sync()
-        dt = time.perf_counter() - t0
-        if dt >= min_time * 0.2 or calls >= 1 << 20:
-            break
-        calls *= 4
-    calls = max(1, int(calls * min_time / max(dt, 1e-9)))
-    per_call = []
-    for _ in range(repetitions):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        per_call.append((time.perf_counter() - t0) / calls)
-    return per_call
+        return (time.perf_counter() - t0) / calls
+
+    return sample
 
 
-def measure_each(fn: Callable[[], object], before: Callable[[], object], min_time: float,
-                 repetitions: int) -> list[float]:
-    """Seconds per call of fn, one value per repetition, each call timed on its own with
-    before() run untimed ahead of it (for calls that need a reset, e.g. removing the file a
-    save writes); a repetition runs calls until min_time is spent. One warm-up call."""
-    before()
-    fn()  # warm-up
-    samples = []
-    for _ in range(repetitions):
+def repeat_each(fn: Callable[[], object], before: Callable[[], object],
+                min_time: float) -> Callable[[], float]:
+    """A sampler of fn whose calls are timed one by one, before() run untimed ahead of each (for
+    calls that need a reset, e.g. removing the file a save writes): each call of the returned
+    function runs calls until min_time is spent and returns their mean time. One warm-up call
+    at the first repetition."""
+    warm = []
+
+    def sample() -> float:
+        if not warm:
+            before()
+            fn()  # warm-up
+            warm.append(True)
         total, calls = 0.0, 0
         while total < min_time or calls == 0:
             before()
@@ -134,8 +163,153 @@ def measure_each(fn: Callable[[], object], before: Callable[[], object], min_tim
             fn()
             total += time.perf_counter() - t0
             calls += 1
-        samples.append(total / calls)
-    return samples
+        return total / calls
+
+    return sample
+
+
+def measure(fn: Callable[[], object], min_time: float, repetitions: int,
+            sync: Callable[[], object] = _no_sync) -> list[float]:
+    """Seconds per call of fn, one value per repetition of repeat(fn, min_time, sync)."""
+    sample = repeat(fn, min_time, sync)
+    return [sample() for _ in range(repetitions)]
+
+
+def measure_each(fn: Callable[[], object], before: Callable[[], object], min_time: float,
+                 repetitions: int) -> list[float]:
+    """Seconds per call of fn, one value per repetition of repeat_each(fn, before, min_time)."""
+    sample = repeat_each(fn, before, min_time)
+    return [sample() for _ in range(repetitions)]
+
+
+class Bench:
+    """A workload set up: sample() runs one repetition and returns its seconds per call,
+    record(seconds) makes the result record of a list of samples, close() (optional) releases
+    what the data hold outside the process (files)."""
+
+    def __init__(self, sample: Callable[[], float], record: Callable[[list[float]], dict],
+                 close: Callable[[], object] | None = None):
+        self.sample = sample
+        self.record = record
+        self.close = close or _no_sync
+
+
+class Workload:
+    """A workload of a peer: its name, the peer's impl name and setup(), which builds the data
+    (allocation, first touch) and returns a Bench."""
+
+    def __init__(self, name: str, impl: str, setup: Callable[[], Bench]):
+        self.name = name
+        self.impl = impl
+        self.setup = setup
+
+
+class Slot:
+    """One piece of data kept between workloads that share it (a replay buffer of one capacity
+    for its sample and update workloads): get(key, build) returns the kept value when its key is
+    key, else drops it and keeps build()."""
+
+    def __init__(self):
+        self.key = None
+        self.value = None
+
+    def get(self, key, build: Callable[[], object]):
+        if self.key != key or self.value is None:
+            self.key, self.value = None, None
+            gc.collect()
+            self.value = build()
+            self.key = key
+        return self.value
+
+
+def _failed(w: Workload, e: Exception) -> dict:
+    return {"name": w.name, "impl": w.impl, "available": False,
+            "note": f"{type(e).__name__}: {e}"}
+
+
+def run(args, workloads: list[Workload], unavailable_records: list[dict] | None = None,
+        peer: str = "") -> int:
+    """Measures the workloads (--repetitions samples each, one workload set up at a time) and
+    writes their records with the unavailable ones to --out, or with --serve answers requests
+    (see the top of this file). A workload whose setup raises is reported unavailable."""
+    unavailable_records = list(unavailable_records or [])
+    if getattr(args, "serve", False):
+        return serve(workloads, unavailable_records, peer)
+    results = list(unavailable_records)
+    for w in workloads:
+        try:
+            bench = w.setup()
+        except Exception as e:  # noqa: BLE001  (an op this build lacks, a broken install)
+            results.append(_failed(w, e))
+            continue
+        try:
+            results.append(bench.record([bench.sample() for _ in range(args.repetitions)]))
+        finally:
+            bench.close()
+            del bench
+            gc.collect()
+    return write(results, args.out)
+
+
+def serve(workloads: list[Workload], unavailable_records: list[dict], peer: str = "",
+          requests=None, answers=None) -> int:
+    """Answers list / run / quit requests, one JSON line each (see the top of this file). By
+    default requests come from stdin and answers go to the process's stdout, whose file
+    descriptor is then pointed at stderr so that nothing else lands there."""
+    if answers is None:
+        sys.stdout.flush()
+        answers = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+    requests = sys.stdin if requests is None else requests
+    by_name = {f"{w.name}/{w.impl}": w for w in workloads}
+    gone = {f"{r['name']}/{r['impl']}": r for r in unavailable_records}
+
+    def reply(obj: dict) -> None:
+        answers.write(json.dumps(obj) + "\n")
+        answers.flush()
+
+    reply({"hello": peer or Path(sys.argv[0]).name, "protocol": 1})
+    current: list = [None, None]  # name, Bench
+    try:
+        for line in requests:
+            line = line.strip()
+            if line == "quit":
+                break
+            if line == "list":
+                reply({"benchmarks": list(by_name) + [n for n in gone if n not in by_name]})
+            elif line.startswith("run "):
+                name = line[4:]
+                if name in gone:
+                    reply({"name": name, "record": gone[name]})
+                    continue
+                w = by_name.get(name)
+                if w is None:
+                    reply({"name": name, "error": f"no benchmark named {name} (see list)"})
+                    continue
+                if current[0] != name:
+                    if current[1] is not None:
+                        current[1].close()
+                    current[:] = [None, None]
+                    gc.collect()
+                    try:
+                        current[:] = [name, w.setup()]
+                    except Exception as e:  # noqa: BLE001
+                        gone[name] = _failed(w, e)
+                        reply({"name": name, "record": gone[name]})
+                        continue
+                bench = current[1]
+                try:
+                    seconds = bench.sample()
+                except Exception as e:  # noqa: BLE001  (one failed repetition, e.g. a DQN seed)
+                    reply({"name": name, "error": f"{type(e).__name__}: {e}"})
+                    continue
+                reply({"name": name, "record": bench.record([seconds])})
+            elif line:
+                reply({"error": f"unknown request {line!r} (list, run NAME, quit)"})
+    finally:
+        if current[1] is not None:
+            current[1].close()
+    return 0
 
 
 def unavailable(workloads: Iterable[str], impl: str, note: str) -> list[dict]:

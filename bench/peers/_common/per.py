@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from . import measure, read_sizes, time_us
+from . import Bench, Slot, Workload, read_sizes, repeat, time_us
 
 CAPACITIES = {"1M": 1 << 20, "16M": 1 << 24, "64M": 1 << 26}
 BATCH = 256
@@ -34,34 +34,29 @@ def capacity_and_batch(workload: str, sizes_dir: Path | None) -> tuple[int, int]
     return CAPACITIES[workload.rsplit("_", 1)[1]], BATCH
 
 
-def _run_capacity(impl: str, mine: list[str], cap: int, batch: int, build: Callable,
-                  min_time: float, repetitions: int, peer: str, what: dict) -> list[dict]:
-    sample, update = build(cap, batch)
-    state = {"i": 0}
+def workload_list(impl: str, wanted: list[str], sizes_dir: Path | None, min_time: float,
+                  build: Callable, peer: str, what: dict) -> list[Workload]:
+    """The wanted workloads as Workloads for _common.run. build(cap, batch) fills a buffer of cap
+    transitions with random priorities and returns (sample(), update(i)): update(i) applies
+    pre-drawn batch i < KEY_POOL of indexes and priorities. The sample and update workloads of
+    one capacity share its buffer (kept in a Slot while they run one after the other). what =
+    {"sample": ..., "update": ...}."""
+    slot = Slot()
 
-    def next_update():
-        i = state["i"] % KEY_POOL
-        state["i"] += 1
-        update(i)
-
-    results = []
-    for w in mine:
+    def setup(w: str) -> Bench:
+        cap, batch = capacity_and_batch(w, sizes_dir)
+        sample, update = slot.get((cap, batch), lambda: build(cap, batch))
         kind = "sample" if w.startswith("per_sample") else "update"
-        times = measure(sample if kind == "sample" else next_update, min_time, repetitions)
-        results.append(time_us(w, impl, times, 1, peer=peer, what=what[kind]))
-    return results  # the buffer goes with this frame, before the next capacity's is built
+        if kind == "sample":
+            fn = sample
+        else:
+            state = {"i": 0}
 
+            def fn():
+                i = state["i"] % KEY_POOL
+                state["i"] += 1
+                update(i)
+        return Bench(repeat(fn, min_time),
+                     lambda times: time_us(w, impl, times, 1, peer=peer, what=what[kind]))
 
-def run(impl: str, wanted: list[str], sizes_dir: Path | None, min_time: float,
-        repetitions: int, build: Callable, peer: str, what: dict) -> list[dict]:
-    """Records of the wanted workloads. build(cap, batch) fills a buffer of cap transitions with
-    random priorities and returns (sample(), update(i)): update(i) applies pre-drawn batch
-    i < KEY_POOL of indexes and priorities. what = {"sample": ..., "update": ...}."""
-    results: list[dict] = []
-    for suffix in CAPACITIES:
-        mine = [w for w in wanted if w.endswith("_" + suffix)]
-        if mine:
-            cap, batch = capacity_and_batch(mine[0], sizes_dir)
-            results += _run_capacity(impl, mine, cap, batch, build, min_time, repetitions, peer,
-                                     what)
-    return results
+    return [Workload(w, impl, lambda w=w: setup(w)) for w in wanted]
