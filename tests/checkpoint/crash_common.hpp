@@ -1,7 +1,14 @@
 // The crash test's shared pieces: the contents of the checkpoint of step s (a deterministic
-// function of s, so a resumed process can tell that what it restored belongs to its step).
+// function of s, so a resumed process can tell that what it restored belongs to its step), and
+// the commit-window record the helper keeps in a shared file so that the driver can tell where
+// each kill landed.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <hone/checkpoint/tensor_file.hpp>
@@ -11,6 +18,33 @@
 #include <vector>
 
 namespace crash_test {
+
+/// Where the helper is, kept in a file both processes map (MAP_SHARED): the page cache keeps the
+/// last stores of a SIGKILLed helper, so the driver reads where the kill landed.
+struct commit_window {
+  enum : std::uint32_t { elsewhere = 0, writing_files = 1, committing = 2 };
+  /// committing: from the MANIFEST's creation (the start of pending_checkpoint::commit) until the
+  /// rename or exchange that publishes step-N has returned.
+  std::atomic<std::uint32_t> phase;
+  std::atomic<std::uint64_t> step;     // the step being written or committed
+  std::atomic<std::uint64_t> entered;  // commit windows entered by this helper
+  std::atomic<std::uint64_t> left;     // and left
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "the commit window is shared between processes: it needs lock-free atomics");
+
+/// Maps the commit-window file at `path` (created zeroed with `create`); nullptr on failure.
+inline commit_window* map_commit_window(const std::filesystem::path& path, bool create) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0644);
+  if (fd < 0) return nullptr;
+  if (create && ::ftruncate(fd, 4096) != 0) {
+    ::close(fd);
+    return nullptr;
+  }
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<commit_window*>(p);
+}
 
 inline constexpr std::size_t tensor_elements = 16384;  // 64 KiB per tensor
 

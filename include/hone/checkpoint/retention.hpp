@@ -7,8 +7,8 @@
 // value of a metric stored in state.json's metadata (metadata[best_metric], a decimal number).
 // The newest checkpoint that verifies is never deleted, whatever the policy says (rotation must
 // not delete every checkpoint: transformers PR #25136), and a checkpoint is deleted by renaming
-// it to a temporary name first, so a crash mid-deletion never leaves a half-deleted directory
-// that looks committed.
+// it to a temporary name first and fsyncing the root before anything inside is removed, so a
+// crash or power loss mid-deletion never leaves a half-deleted directory that looks committed.
 #pragma once
 
 #include <algorithm>
@@ -95,13 +95,18 @@ inline std::vector<std::filesystem::path> apply_retention(
     const std::filesystem::path& root, const retention_policy& policy,
     std::optional<std::uint64_t> known_valid = std::nullopt) {
   std::vector<std::filesystem::path> deleted;
+  std::vector<std::filesystem::path> doomed;
   for (const auto& v : retention_victims(root, policy, known_valid)) {
-    const std::filesystem::path doomed = io::temp_sibling(v.path, "del-");
-    io::rename_path(v.path, doomed);
-    io::remove_tree(doomed);
+    doomed.push_back(io::temp_sibling(v.path, "del-"));
+    io::rename_path(v.path, doomed.back());
     deleted.push_back(v.path);
   }
-  if (!deleted.empty()) io::sync_directory(root);
+  if (deleted.empty()) return deleted;
+  // The renames must be durable before any file inside is unlinked: otherwise a power loss may
+  // keep the unlinks and lose the rename, leaving a half-deleted step-N that looks committed.
+  io::sync_directory(root);
+  for (const auto& d : doomed) io::remove_tree(d);
+  io::sync_directory(root);
   return deleted;
 }
 

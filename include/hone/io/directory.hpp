@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "hone/core/config.hpp"
 #include "hone/io/file_io.hpp"
@@ -73,13 +74,23 @@ inline void remove_tree(const std::filesystem::path& p) {
   if (ec) throw_io_error("remove", p, ec.value());
 }
 
-/// Creates `root` (and its parents) when missing; io_error when it cannot, or when `root` exists
-/// and is not a directory.
+/// Creates `root` (and its parents) when missing, durably: the parent of every directory it
+/// creates is fsynced, so a power loss cannot take away a directory that later commits (which
+/// fsync only the directory they write into) rely on. io_error when it cannot, or when `root`
+/// exists and is not a directory.
 inline void ensure_directory(const std::filesystem::path& root) {
   std::error_code ec;
+  // The directories that do not exist yet, the deepest first.
+  std::vector<std::filesystem::path> missing;
+  for (std::filesystem::path p = std::filesystem::absolute(root, ec).lexically_normal();
+       !ec && p.has_relative_path() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+    if (p.has_filename()) missing.push_back(p);
+  }
   std::filesystem::create_directories(root, ec);
   if (ec) throw_io_error("create the directory", root, ec.value());
   if (!std::filesystem::is_directory(root)) throw_io_error("use the directory", root, ENOTDIR);
+  // The top one's entry first, then each created directory's entry in the one above it.
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) sync_directory(it->parent_path());
 }
 
 }  // namespace io
