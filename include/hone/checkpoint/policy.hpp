@@ -35,6 +35,9 @@ class every_n_steps_engine;
 struct every_n_steps {
   using role = roles::checkpoint;
   using engine = every_n_steps_engine;
+  /// Its checkpoints carry the early-stopping role's state (capture() saves it, restore() reads
+  /// it).
+  static constexpr bool carries_early_stopping = true;
   std::filesystem::path root{};
   std::uint64_t every = 1000;
   writer_options writer{};  // its root is replaced by `root`

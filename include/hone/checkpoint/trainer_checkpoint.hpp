@@ -13,7 +13,8 @@
 // state to state.json ("early_stopping") and, with a best_weights_keeper, the snapshot of the best
 // weights to best.safetensors (one U8 tensor "best_weights": the keeper's bytes; a separate file,
 // so model.safetensors stays the current weights, loadable as they are); restore_early_stopping()
-// puts both back.
+// puts both back. For a trainer with the early-stopping role (hone::early_stopping_policy),
+// capture() and restore() call them by themselves.
 //
 // content_policy::full saves the fp32 master weights as F32 (unless trainer_save_options::
 // export_weights with weights_dtype says otherwise), the optimizer state (optimizer.safetensors,
@@ -219,7 +220,20 @@ namespace detail {
 template <class Trainer>
 void capture_with(Trainer& t, snapshot& s, const training_state& extra,
                   const trainer_save_options& o);
+
+/// Whether a trainer has the early-stopping role (Trainer::stops_early).
+template <class Trainer>
+inline constexpr bool early_stopping_trainer_v = requires {
+  requires static_cast<bool>(Trainer::stops_early);
+};
 }  // namespace detail
+
+// Early stopping's state in a checkpoint (defined below; capture() and restore() call them for a
+// trainer with the early-stopping role).
+inline void capture_early_stopping(const early_stopping& es, snapshot& s,
+                                   const best_weights_keeper* keeper = nullptr);
+inline void restore_early_stopping(early_stopping& es, const std::filesystem::path& dir,
+                                   const training_state& st, best_weights_keeper* keeper = nullptr);
 
 /// Copies a trainer's state into `s`: weights (and, for content_policy::full, optimizer state),
 /// plus state.json from `extra` (its rng, data and metadata are kept; step, loss_scale and
@@ -272,6 +286,10 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
   io::json::value sched = io::json::value::object();
   sched.set("step", t.steps_done());
   s.state.schedule = std::move(sched);
+  if constexpr (early_stopping_trainer_v<Trainer>) {  // the early-stopping role's state
+    auto& es = t.early_stopper();
+    capture_early_stopping(es.monitor(), s, es.keeps_best_weights() ? &es.keeper() : nullptr);
+  }
 }
 }  // namespace detail
 
@@ -298,6 +316,16 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
                                      dir);
         }
       });
+    }
+  }
+  if constexpr (detail::early_stopping_trainer_v<Trainer>) {  // checked before loading weights
+    auto& es = t.early_stopper();
+    if (f.state.early_stopping.is_object()) {
+      restore_early_stopping(es.monitor(), dir, f.state,
+                             es.keeps_best_weights() ? &es.keeper() : nullptr);
+    } else {  // saved without early stopping: it starts afresh
+      es.monitor().reset();
+      es.keeper().discard();
     }
   }
   detail::trainer_loader<detail::device_state_trainer_v<Trainer>> load(t);
@@ -362,7 +390,7 @@ inline std::optional<std::uint64_t> es_parse_optional(const io::json::value& v) 
 /// Adds early stopping's state to the snapshot's state.json and, when `keeper` has a snapshot,
 /// the best weights to best.safetensors. Call it after capture() (which sets the state).
 inline void capture_early_stopping(const early_stopping& es, snapshot& s,
-                                   const best_weights_keeper* keeper = nullptr) {
+                                   const best_weights_keeper* keeper) {
   const early_stopping_state st = es.state();
   const bool weights = keeper != nullptr && keeper->has_snapshot();
   io::json::value o = io::json::value::object();
@@ -392,8 +420,7 @@ inline void capture_early_stopping(const early_stopping& es, snapshot& s,
 /// checkpoint has no early-stopping state, when it was saved with another mode or patience, or
 /// when the best weights were saved but `keeper` tracks arrays of another size.
 inline void restore_early_stopping(early_stopping& es, const std::filesystem::path& dir,
-                                   const training_state& st,
-                                   best_weights_keeper* keeper = nullptr) {
+                                   const training_state& st, best_weights_keeper* keeper) {
   const std::string where = "hone: checkpoint '" + dir.string() + "': ";
   if (!st.early_stopping.is_object()) {
     throw checkpoint_error(where +

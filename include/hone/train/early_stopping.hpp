@@ -29,6 +29,11 @@
 // hone/checkpoint/trainer_checkpoint.hpp saves both in a checkpoint (state.json and
 // best.safetensors).
 //
+// As a trainer role (hone::early_stopping_policy, role early_stopping), the trainer owns the
+// monitor and a keeper of its fp32 master weights: trainer::observe_metric(metric) checks at the
+// trainer's step, trainer::restore_best_weights() puts the best weights back into the model, and
+// hone::checkpoint::capture / restore save and restore both with the trainer's own state.
+//
 // One deliberate difference: Lightning checks the two thresholds before the improvement and so
 // does not record a metric that crossed the stopping threshold as the best; hone records the
 // improvement first (the metric that reached the target is the best one, and the weights kept by
@@ -51,6 +56,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/train/policies.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -429,6 +435,98 @@ class early_stopping {
   std::uint64_t checks_ = 0;
   bool improved_ = false;
   stop_reason reason_ = stop_reason::none;
+};
+
+class early_stopping_engine;
+
+/// Role early stopping of hone::trainer: the trainer monitors one metric that the caller measures
+/// and feeds it (trainer::observe_metric), and keeps the weights of the best check when
+/// keep_best_weights is set:
+///
+///   hone::trainer t(net, hone::adamw{}, hone::checkpoint::every_n_steps{...},
+///                   hone::early_stopping_policy{.options = {.patience = 5, .min_delta = 1e-4},
+///                                               .keep_best_weights = true});
+///   for (;;) {
+///     t.step(batch);
+///     if (time_to_validate && t.observe_metric(validation_loss())) break;
+///   }
+///   t.restore_best_weights();
+///
+/// The counters, the best value and step, the stop decision and the best weights travel in the
+/// trainer's checkpoints (hone::checkpoint::capture and restore carry them), so a resumed run
+/// stops at the same check as one that never stopped.
+struct early_stopping_policy {
+  using role = roles::early_stopping;
+  using engine = early_stopping_engine;
+  early_stopping_options options{};
+  /// Keep a host copy of the fp32 master weights of the best check (as much host memory as the
+  /// master weights), for trainer::restore_best_weights() and the checkpoints' best.safetensors.
+  /// Needs host master weights: a host model, or a CUDA model with the offload role.
+  bool keep_best_weights = false;
+};
+
+/// The trainer-side object of early_stopping_policy: the monitor and the keeper of the best
+/// weights (tracking the trainer's fp32 master weights when the policy keeps them).
+class early_stopping_engine {
+ public:
+  using monitor_type = early_stopping;
+
+  explicit early_stopping_engine(const early_stopping_policy& p)
+      : monitor_(p.options), keep_(p.keep_best_weights) {}
+
+  /// Called once by the trainer after binding its memory: the keeper tracks its master weights.
+  /// Throws hone::config_error when the policy keeps best weights but the master weights are
+  /// device memory (a CUDA model without the offload role).
+  template <class Trainer>
+  void bind(Trainer& t) {
+    if (!keep_) return;
+    if constexpr (std::is_same_v<decltype(t.master_weights()), std::span<float>>) {
+      keeper_.track(t.master_weights());
+    } else {
+      require(false,
+              "hone::early_stopping_policy: keep_best_weights needs the trainer's master weights "
+              "in host memory, but this trainer keeps them on the CUDA device. Set "
+              "keep_best_weights = false, or add the offload role "
+              "(hone::offload::optimizer_to_host), which keeps them on the host.");
+    }
+  }
+
+  /// Records one check of `metric` at the trainer's step (its count of applied updates) and, on
+  /// a new best, snapshots the master weights when they are kept. Returns whether training should
+  /// stop.
+  template <class Trainer>
+  bool observe(Trainer& t, double metric) {
+    if (!keep_) return monitor_.update(metric, t.steps_done());
+    (void)t.master_weights();  // waits for a pending delayed (offloaded) update
+    return monitor_.update(metric, t.steps_done(), keeper_);
+  }
+
+  /// Copies the best weights back into the trainer's master weights and publishes them into the
+  /// model. Throws hone::config_error when the weights are not kept, or there is no best yet.
+  template <class Trainer>
+  void restore_best(Trainer& t) {
+    require(keep_,
+            "hone::trainer::restore_best_weights: the early-stopping policy does not keep the "
+            "best weights; set keep_best_weights = true in hone::early_stopping_policy.");
+    require(keeper_.has_snapshot(),
+            "hone::trainer::restore_best_weights: there are no best weights yet; no "
+            "observe_metric() has been an improvement since the trainer was built or restored.");
+    (void)t.master_weights();  // waits for a pending delayed (offloaded) update
+    keeper_.restore();
+    t.publish_weights();
+  }
+
+  [[nodiscard]] early_stopping& monitor() noexcept { return monitor_; }
+  [[nodiscard]] const early_stopping& monitor() const noexcept { return monitor_; }
+  /// The keeper of the best weights (empty, tracking nothing, unless keeps_best_weights()).
+  [[nodiscard]] best_weights_keeper& keeper() noexcept { return keeper_; }
+  [[nodiscard]] const best_weights_keeper& keeper() const noexcept { return keeper_; }
+  [[nodiscard]] bool keeps_best_weights() const noexcept { return keep_; }
+
+ private:
+  early_stopping monitor_;
+  best_weights_keeper keeper_;
+  bool keep_;
 };
 
 HONE_NAMESPACE_END

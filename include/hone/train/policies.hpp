@@ -1,7 +1,8 @@
 // hone/train/policies.hpp: what a training step reports, and the default policies of the
-// trainer's roles that have no module of their own: checkpoint, offload, gradient reduction and
-// step observer (the other defaults are hone::fp32, hone::accumulate::none, hone::adamw,
-// hone::no_clipping and hone::constant_lr, each in its module).
+// trainer's roles that have no module of their own: checkpoint, offload, gradient reduction, step
+// observer and early stopping, and the role tag of early stopping (the other defaults are
+// hone::fp32, hone::accumulate::none, hone::adamw, hone::no_clipping and hone::constant_lr, each in
+// its module).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,14 @@
 #include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
+
+namespace roles {
+/// Who watches a metric the caller measures (a validation loss) and says when training should
+/// stop, keeping the best weights; the default, hone::no_early_stopping, watches nothing.
+struct early_stopping {
+  static constexpr const char* name = "early stopping";
+};
+}  // namespace roles
 
 /// What one step did.
 struct step_report {
@@ -36,6 +45,19 @@ struct no_checkpoint {
   };
 };
 
+/// Whether checkpoint policy P's checkpoints carry the early-stopping role's state (its counters,
+/// best value, stop decision and best weights), so that a resumed run continues them. A
+/// checkpoint policy says so with `static constexpr bool carries_early_stopping = true;`, which
+/// is true when its engine saves through hone::checkpoint::capture and its checkpoints are
+/// restored through hone::checkpoint::restore: both carry that state by themselves
+/// (hone::checkpoint::every_n_steps does). no_checkpoint saves nothing, so it loses nothing.
+template <class P>
+inline constexpr bool checkpoint_carries_early_stopping_v = requires {
+  requires static_cast<bool>(P::carries_early_stopping);
+};
+template <>
+inline constexpr bool checkpoint_carries_early_stopping_v<no_checkpoint> = true;
+
 /// Role offload, the default: the optimizer runs where the model's parameters live. The other
 /// policy of this role is hone::offload::optimizer_to_host (hone/offload/optimizer_to_host.hpp).
 struct no_offload {
@@ -54,6 +76,12 @@ struct no_offload {
 /// recomputes the norm and the inf/NaN check from the reduced gradients.
 struct local_gradients {
   using role = roles::gradient_reduction;
+};
+
+/// Role early stopping, the default: no metric is monitored. The other policy of this role is
+/// hone::early_stopping_policy (hone/train/early_stopping.hpp).
+struct no_early_stopping {
+  using role = roles::early_stopping;
 };
 
 /// The phases of one step, as a step observer sees them.

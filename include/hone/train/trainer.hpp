@@ -6,8 +6,9 @@
 //
 // Policies are picked by role, in any order; missing roles get defaults (fp32, accumulate::none,
 // adamw, no clipping, constant_lr{1e-3}, no checkpoint, no offload, local gradients, no step
-// observer); two policies of one role, or a type that is not a policy, stop compilation with a
-// sentence. Every call on the hot path is resolved at compile time (no virtual calls).
+// observer, no early stopping); two policies of one role, or a type that is not a policy, stop
+// compilation with a sentence. Every call on the hot path is resolved at compile time (no virtual
+// calls).
 //
 // One step skeleton, written once here, over a backend chosen by the space of the model's
 // parameter views (detail::trainer_backend_for): hone/train/host_backend.hpp for host memory,
@@ -52,6 +53,7 @@
 #include "hone/optim/optimizer.hpp"
 #include "hone/precision/unscale.hpp"
 #include "hone/train/detail/trainer_parts.hpp"
+#include "hone/train/early_stopping.hpp"
 #include "hone/train/host_backend.hpp"
 #include "hone/train/policies.hpp"
 
@@ -66,6 +68,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   using typename types::accumulation_type;
   using typename types::checkpoint_type;
   using typename types::clipping_type;
+  using typename types::early_stopping_type;
   using typename types::observer_type;
   using typename types::offload_type;
   using typename types::optimizer_type;
@@ -80,6 +83,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// The backend: detail::host_backend or detail::cuda_backend.
   using backend_type = typename detail::trainer_backend_for<space_type, types>::type;
   static constexpr bool offloaded = types::offloaded;
+  /// Whether the early-stopping role monitors a metric (hone::early_stopping_policy).
+  static constexpr bool stops_early = types::stops_early;
 
  private:
   using parts_type = detail::trainer_parts<types, space_type, Policies...>;
@@ -92,16 +97,21 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       types::offload_ok,
       offload::engine<optimizer_type, float, working_type, typename backend_type::transport_type>,
       detail::absent_member>;
+  /// The early-stopping role's engine (monitor and best weights), or a placeholder without it.
+  using early_stopper_type =
+      std::conditional_t<stops_early, early_stopping_engine, detail::absent_member>;
 
   explicit trainer(Model& model, Policies... policies)
       : backend_(model),
         p_(model, std::move(policies)...),
         engine_(make_engine()),
-        checkpoint_(detail::policy_object<checkpoint_type>(p_.policies)) {
+        checkpoint_(detail::policy_object<checkpoint_type>(p_.policies)),
+        stopper_(detail::policy_object<early_stopping_type>(p_.policies)) {
     p_.schedule.validate();
     if constexpr (requires { p_.clipping.check(); }) p_.clipping.check();
     backend_.check(p_);
     bind();
+    if constexpr (stops_early) stopper_.bind(*this);
   }
 
   trainer(const trainer&) = delete;
@@ -212,6 +222,24 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   [[nodiscard]] observer_type& observer() noexcept { return p_.observer; }
   /// The checkpoint role's engine (e.g. to wait() for an async save before exiting).
   [[nodiscard]] typename checkpoint_type::engine& checkpointer() noexcept { return checkpoint_; }
+  /// Early stopping (with hone::early_stopping_policy): records one check of the monitored metric
+  /// at step steps_done() and, on a new best, snapshots the master weights when the policy keeps
+  /// them. Returns whether training should stop.
+  bool observe_metric(double metric) requires stops_early {
+    return stopper_.observe(*this, metric);
+  }
+  /// The early-stopping monitor (hone::early_stopping): best(), best_step(), wait_count(),
+  /// should_stop(), message(), ...
+  [[nodiscard]] const auto& early_stopping() const noexcept requires stops_early {
+    return stopper_.monitor();
+  }
+  /// Copies the best check's weights back into the model (keep_best_weights only).
+  void restore_best_weights() requires stops_early { stopper_.restore_best(*this); }
+  /// The early-stopping role's engine: its monitor and best-weights keeper, which checkpoints
+  /// save and restore.
+  [[nodiscard]] early_stopper_type& early_stopper() noexcept requires stops_early {
+    return stopper_;
+  }
   /// The offload role's engine (its policy, buckets and transport), with the offload role only.
   [[nodiscard]] offload_engine_type& offload_engine() noexcept requires offloaded {
     return engine_;
@@ -347,6 +375,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   parts_type p_;
   offload_engine_type engine_;  // initialized from a prvalue (so not [[no_unique_address]])
   typename checkpoint_type::engine checkpoint_;
+  [[no_unique_address]] early_stopper_type stopper_;
 };
 
 template <class Model, class... Policies>

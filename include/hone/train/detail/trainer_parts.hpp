@@ -33,6 +33,7 @@
 #include "hone/schedule/constant.hpp"
 #include "hone/schedule/schedule.hpp"
 #include "hone/train/accumulate.hpp"
+#include "hone/train/early_stopping.hpp"
 #include "hone/train/policies.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -104,6 +105,7 @@ struct trainer_types {
   using offload_type = pick_role<roles::offload, no_offload>;
   using reduction_type = pick_role<roles::gradient_reduction, local_gradients>;
   using observer_type = pick_role<roles::step_observer, no_step_observer>;
+  using early_stopping_type = pick_role<roles::early_stopping, no_early_stopping>;
 
   static_assert(precision_policy<precision_type>,
                 "hone::trainer: the precision policy must be hone::fp32, hone::bf16_mixed or "
@@ -146,6 +148,18 @@ struct trainer_types {
           },
       "hone::trainer: the step observer policy must have member functions "
       "phase_begin(hone::step_phase) and phase_end(hone::step_phase).");
+
+  /// Whether an early-stopping policy monitors a metric (its state travels in checkpoints).
+  static constexpr bool stops_early = !std::is_same_v<early_stopping_type, no_early_stopping>;
+  static_assert(!stops_early || std::is_same_v<early_stopping_type, early_stopping_policy>,
+                "hone::trainer: the early-stopping policy must be hone::early_stopping_policy (or "
+                "leave the early-stopping role out).");
+  static_assert(!stops_early || checkpoint_carries_early_stopping_v<checkpoint_type>,
+                "hone::trainer: the checkpoint policy does not carry the early-stopping role's "
+                "state, so a resumed run would lose its counters and best weights. Save with "
+                "hone::checkpoint::capture and restore with hone::checkpoint::restore (both carry "
+                "it) and declare `static constexpr bool carries_early_stopping = true;` in the "
+                "checkpoint policy, or use hone::checkpoint::every_n_steps.");
 
   using working_type = typename precision_type::working_type;
   using scaler_type = typename scaler_for<typename precision_type::scaler_config>::type;
