@@ -1,5 +1,7 @@
-// hone/core/cuda/space.hpp: allocation in device memory and page-locked host memory through the
-// CUDA runtime. Included by hone/core/space.hpp when the hone::cuda target is linked.
+// hone/core/cuda/space.hpp: allocation in device memory (space_traits<cuda_space>) and the
+// page-locked backend of pinned_host_space, through the CUDA runtime. Included by
+// hone/core/space.hpp when the CUDA runtime is part of the translation unit (nvcc, or the
+// hone::cuda target).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -46,24 +48,23 @@ struct space_traits<cuda_space> {
   }
 };
 
-template <>
-struct space_traits<pinned_host_space> {
-  static constexpr bool host_accessible = true;
-  static constexpr const char* name = "pinned host";
-  static constexpr bool pinned() noexcept { return true; }
-  static void* allocate(std::size_t bytes) {
-    if (bytes == 0) return nullptr;
-    void* p = nullptr;
-    if (cudaError_t s = cudaHostAlloc(&p, bytes, cudaHostAllocDefault); s != cudaSuccess) {
-      detail::throw_cuda_alloc(s, bytes, "cudaHostAlloc");
-    }
-    return p;  // page aligned, so also host_alignment aligned
+namespace detail {
+inline void* cuda_pinned_allocate(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaError_t s = cudaHostAlloc(&p, bytes, cudaHostAllocDefault); s != cudaSuccess) {
+    throw_cuda_alloc(s, bytes, "cudaHostAlloc");
   }
-  static void deallocate(void* p, std::size_t /*bytes*/) noexcept {
-    if (p != nullptr) (void)cudaFreeHost(p);
-  }
-  static void zero(void* p, std::size_t bytes) {
-    if (bytes != 0) std::memset(p, 0, bytes);
-  }
-};
+  return p;  // page aligned
+}
+inline void cuda_pinned_deallocate(void* p) noexcept {
+  (void)cudaFreeHost(p);
+}
+/// pinned_host_space's backend on the CUDA runtime.
+inline constexpr pinned_host_backend cuda_pinned_backend{
+    &cuda_pinned_allocate, &cuda_pinned_deallocate, true, "cudaHostAlloc"};
+/// Installs cuda_pinned_backend during the static initialization of every translation unit that
+/// includes this header, so pinned_host_space allocations made anywhere in the program (host-only
+/// files included) are page-locked from then on.
+inline const bool cuda_pinned_backend_installed = install_pinned_host_backend(cuda_pinned_backend);
+}  // namespace detail
 HONE_NAMESPACE_END
