@@ -1,7 +1,9 @@
 // GPU prioritized replay (hone/rl/cuda/per.cuh) against the CPU sampler fed the same operations
 // and the same uniforms: the trees must hold the same bits after inserts, overwrites, updates with
-// stale keys and duplicates; sampling must pick the same keys, with the same importance weights
-// (up to powf's last ulp). Label gpu; exits 77 (skipped) without a CUDA device.
+// stale keys and duplicates (within one block and across many: a batch runs on as many blocks as
+// it needs, and the last write of a slot in batch order wins); sampling must pick the same keys,
+// with the same importance weights (up to powf's last ulp). Label gpu; exits 77 (skipped) without
+// a CUDA device, and fails with a sentence when the device code was compiled with fast math.
 #define BOOST_TEST_MODULE hone_rl_gpu
 #include <boost/test/unit_test.hpp>
 
@@ -9,16 +11,21 @@
 #include <cstdint>
 #include <cstring>
 #include <hone/core/buffer.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/rl/cuda/per.cuh>
 #include <hone/rl/prioritized_sampler.hpp>
 #include <hone/rl/rng.hpp>
 #include <vector>
 
 #include "../support/gpu.hpp"
+#include "per_parity.hpp"
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math("tests/rl/test_rl_gpu.cu");
+  }
 };
 BOOST_TEST_GLOBAL_FIXTURE(gpu_fixture);
 
@@ -37,50 +44,33 @@ std::vector<T> to_host(const T* d, std::size_t n) {
   return h;
 }
 
-/// The CPU side: the CPU sampler plus the tags a buffer would keep.
+using per_parity::cpu_side;
+using per_parity::expect_same_tree;
+
+/// Every array of the GPU tree, copied to the host.
 template <std::size_t A>
-struct cpu_side {
-  hone::prioritized_sampler<A> sampler;
-  std::vector<std::uint64_t> tags;
-  cpu_side(std::size_t cap, const hone::prioritized<A>& cfg)
-      : sampler(cap, cfg), tags(cap, ~std::uint64_t{0}) {}
+per_parity::per_tree_state state_of(const hone::device_prioritized_sampler<A>& gpu) {
+  const auto& l = gpu.layout();
+  return {to_host(gpu.leaves(), l.capacity), to_host(gpu.sums(), l.entries),
+          to_host(gpu.mins(), l.entries), to_host(gpu.tags(), l.capacity), gpu.scalars()};
+}
+
+/// The GPU sampler as a side of the shared scenarios (per_parity.hpp): host vectors in.
+template <std::size_t A>
+struct gpu_side {
+  hone::device_prioritized_sampler<A> gpu;
+  gpu_side(std::size_t cap, const hone::prioritized<A>& cfg) : gpu(cap, cfg) {}
   void insert(const std::vector<std::uint64_t>& keys) {
-    for (std::uint64_t k : keys) {
-      const std::size_t s = k % tags.size();
-      tags[s] = k;
-      sampler.insert(s, 1);
-    }
+    const auto d = to_device(keys);
+    gpu.insert(d.data(), keys.size());
   }
   void update(const std::vector<std::uint64_t>& keys, const std::vector<float>& raw) {
-    std::vector<std::size_t> slots;
-    std::vector<float> values;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const std::size_t s = keys[i] % tags.size();
-      if (tags[s] != keys[i]) continue;                           // stale
-      if (!(raw[i] >= 0.0f) || !std::isfinite(raw[i])) continue;  // what the GPU does
-      slots.push_back(s);
-      values.push_back(raw[i]);
-    }
-    sampler.update(slots, values);
+    const auto dk = to_device(keys);
+    const auto dr = to_device(raw);
+    gpu.update(dk.data(), dr.data(), keys.size());
   }
+  [[nodiscard]] per_parity::per_tree_state state() const { return state_of(gpu); }
 };
-
-template <std::size_t A>
-void expect_same_tree(const cpu_side<A>& cpu, const hone::device_prioritized_sampler<A>& gpu) {
-  const auto& tree = cpu.sampler.tree();
-  const auto leaves = to_host(gpu.leaves(), tree.capacity());
-  const auto sums = to_host(gpu.sums(), tree.sums().size());
-  const auto mins = to_host(gpu.mins(), tree.mins().size());
-  const auto tags = to_host(gpu.tags(), tree.capacity());
-  BOOST_TEST(std::memcmp(leaves.data(), tree.leaves().data(), leaves.size() * 4) == 0);
-  BOOST_TEST(std::memcmp(sums.data(), tree.sums().data(), sums.size() * 8) == 0);
-  BOOST_TEST(std::memcmp(mins.data(), tree.mins().data(), mins.size() * 4) == 0);
-  BOOST_TEST((tags == cpu.tags));
-  const auto s = gpu.scalars();
-  BOOST_TEST(s.total == tree.total());
-  BOOST_TEST(s.min == tree.min());
-  BOOST_TEST(s.max_priority == cpu.sampler.max_priority());
-}
 
 template <std::size_t A>
 void run_parity(std::size_t cap, double alpha, bool bitwise) {
@@ -97,7 +87,7 @@ void run_parity(std::size_t cap, double alpha, bool bitwise) {
     gpu.insert(d.data(), n);
   };
   add(cap);  // fill (one block, strided over the capacity)
-  if (bitwise) expect_same_tree(cpu, gpu);
+  if (bitwise) expect_same_tree(cpu, state_of(gpu));
   for (int round = 0; round < 12; ++round) {
     // Updates: current keys, stale keys (overwritten slots), duplicates, zeros.
     std::vector<std::uint64_t> keys(700);
@@ -114,7 +104,7 @@ void run_parity(std::size_t cap, double alpha, bool bitwise) {
     const auto dr = to_device(raw);
     gpu.update(dk.data(), dr.data(), keys.size());
     if (bitwise) {
-      expect_same_tree(cpu, gpu);
+      expect_same_tree(cpu, state_of(gpu));
     } else {
       const auto leaves = to_host(gpu.leaves(), cap);
       for (std::size_t s = 0; s < cap; ++s) {
@@ -182,4 +172,14 @@ BOOST_AUTO_TEST_CASE(gpu_per_assign_rebuilds_the_same_tree) {
   BOOST_TEST(std::memcmp(sums.data(), cpu.tree().sums().data(), sums.size() * 8) == 0);
   BOOST_TEST(gpu.scalars().total == cpu.tree().total());
   BOOST_TEST(gpu.scalars().max_priority == 3.0f);
+}
+
+BOOST_AUTO_TEST_CASE(gpu_per_duplicates_across_blocks_16ary) {
+  per_parity::run_duplicates<16, gpu_side<16>>(1000, {.alpha = 1.0, .epsilon = 0.0});
+}
+BOOST_AUTO_TEST_CASE(gpu_per_duplicates_across_blocks_binary) {
+  per_parity::run_duplicates<2, gpu_side<2>>(777, {.alpha = 1.0, .epsilon = 0.0});
+}
+BOOST_AUTO_TEST_CASE(gpu_per_large_batch_matches_cpu_bitwise) {
+  per_parity::run_large_batch<gpu_side<16>>();
 }
