@@ -36,6 +36,7 @@
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/offload/optimizer_to_host.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/cuda/trainer.cuh>
@@ -56,7 +57,11 @@ namespace io = hone::io;
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/checkpoint/test_checkpoint_gpu.cu");  // it compares device and host bits
+  }
 };
 
 using temp_root = hone_test::temp_dir;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <hone/core/buffer.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/core/cuda/multi_tensor_apply.cuh>
 #include <hone/core/multi_tensor.hpp>
 #include <random>
@@ -22,7 +23,11 @@ struct axpby {  // y = a * x + b * y, then x = -x: one input list, one in/out li
 };
 
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/core/test_multi_tensor_gpu.cu");  // it compares device and host bits
+  }
 };
 
 std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {

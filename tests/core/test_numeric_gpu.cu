@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <hone/core/cuda/error.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/core/numeric.hpp>
 #include <vector>
 
@@ -33,7 +34,11 @@
 namespace {
 
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/core/test_numeric_gpu.cu");  // it compares device and host bits
+  }
 };
 
 /// Device memory or pinned host memory for n elements of T, freed (with a checked call) on scope

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/offload/cuda/transport.cuh>
 #include <hone/offload/memory_monitor.hpp>
 #include <hone/offload/optimizer_to_host.hpp>
@@ -25,7 +26,11 @@
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/offload/test_offload_gpu.cu");  // it compares device and host bits
+  }
 };
 
 namespace ot = offload_test;

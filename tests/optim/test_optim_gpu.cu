@@ -13,6 +13,7 @@
 #include <hone/core/arena.hpp>
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/buffer.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/optim/cuda/adamw.cuh>
 #include <hone/optim/cuda/adamw_8bit.cuh>
 #include <hone/optim/cuda/clipping.cuh>
@@ -26,7 +27,11 @@
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/optim/test_optim_gpu.cu");  // it compares device and host bits
+  }
 };
 
 using hone::cuda_space;

@@ -19,6 +19,7 @@
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/core/half.hpp>
 #include <hone/optim/clipping.hpp>
 #include <hone/precision/cuda/loss_scale.cuh>
@@ -33,7 +34,11 @@
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/precision/test_precision_gpu.cu");  // it compares device and host bits
+  }
 };
 
 template <class T>

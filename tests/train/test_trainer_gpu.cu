@@ -23,6 +23,7 @@
 #include <hone/core/arena.hpp>
 #include <hone/core/buffer.hpp>
 #include <hone/core/cuda/error.hpp>
+#include <hone/core/cuda/math_mode.cuh>
 #include <hone/offload/optimizer_to_host.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/schedule/one_cycle.hpp>
@@ -38,7 +39,11 @@
 
 namespace {
 struct gpu_fixture {
-  gpu_fixture() { hone::test::skip_without_gpu(); }
+  gpu_fixture() {
+    hone::test::skip_without_gpu();
+    hone::require_ieee_device_math(
+        "tests/train/test_trainer_gpu.cu");  // it compares device and host bits
+  }
 };
 
 /// The same model with its tensors in device memory.
