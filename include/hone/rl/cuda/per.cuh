@@ -85,8 +85,7 @@ struct per_max {
 
 // Entry e of level l from its children (the CPU tree's recompute, on the device).
 template <std::size_t Arity>
-HONE_HOST_DEVICE void per_recompute(const per_device_view<Arity>& v, std::size_t l,
-                                    std::size_t e) {
+HONE_HOST_DEVICE void per_recompute(const per_device_view<Arity>& v, std::size_t l, std::size_t e) {
   double* s = v.sums + v.layout.offset[l];
   float* m = v.mins + v.layout.offset[l];
   if (l + 1 == v.layout.depth) {
