@@ -309,8 +309,8 @@ def table(results: list[dict], markdown: bool = False) -> str:
         lines.append("  ".join("-" * w for w in widths))
     lines += [fmt(row) for row in rows[1:]]
     if any(is_limit(r["impl"]) and r["impl"] != "limit" for r in results):
-        lines += ["", "vs limit: against the best limit row of the workload (limit: plain stores, "
-                  "limit_nt: non-temporal stores, limit_arena: one allocation per array)"]
+        lines += ["", "vs limit: against the best limit row of the workload (limit_*: other "
+                  "kernels moving the same bytes; docs/benchmarks.md, The limit)"]
     rounds = {r.get("interleaved") for r in results if r.get("interleaved")}
     if rounds:
         lines += ["", "samples interleaved: " + "; ".join(sorted(rounds))]
