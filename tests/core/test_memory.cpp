@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace {
@@ -154,6 +155,32 @@ BOOST_AUTO_TEST_CASE(errors_form_a_hierarchy) {
   } catch (const hone::error& e) {  // caught by the base
     BOOST_TEST(std::string(e.what()) == "zero batch size");
   }
+}
+
+BOOST_AUTO_TEST_CASE(hone_require_builds_its_message_only_on_failure) {
+  int built = 0;
+  const auto message = [&](int n) {
+    ++built;
+    return "bad size " + std::to_string(n) + ", " + std::to_string(n + 1);
+  };
+  BOOST_CHECK_NO_THROW(HONE_REQUIRE(3 > 2, message(1)));
+  BOOST_TEST(built == 0);
+  try {
+    HONE_REQUIRE(2 > 3, message(4));
+    BOOST_FAIL("HONE_REQUIRE(false, ...) did not throw");
+  } catch (const hone::config_error& e) {
+    BOOST_TEST(std::string(e.what()) == "bad size 4, 5");
+  }
+  BOOST_TEST(built == 1);
+  // A literal, a std::string and a std::string_view are all messages; used as one statement.
+  if (built == 1)
+    HONE_REQUIRE(true, "never");
+  else
+    HONE_REQUIRE(true, std::string("never"));
+  BOOST_CHECK_THROW(HONE_REQUIRE(false, std::string_view("view")), hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(cuda_error_keeps_its_code) {
   const hone::cuda_error ce("cudaMalloc failed", 2);
   BOOST_TEST(ce.code() == 2);
   const std::runtime_error& base = ce;

@@ -52,9 +52,9 @@ inline void unshuffle_bytes(std::span<const std::byte> in, std::size_t item,
 inline void transform_bytes(chunk_transform t, std::span<const std::byte> in, std::size_t item,
                             std::span<std::byte> out) {
   if (t == chunk_transform::shuffle) return shuffle_bytes(in, item, out);
-  require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
-          "hone::checkpoint::transform_bytes: the split transforms take whole 2- or 4-byte "
-          "elements (BF16, F32)");
+  HONE_REQUIRE((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
+               "hone::checkpoint::transform_bytes: the split transforms take whole 2- or 4-byte "
+               "elements (BF16, F32)");
   detail::check_disjoint(in, out, "transform_bytes");
   const std::size_t n = in.size() / item;
   const bool delta = t == chunk_transform::split_delta;
@@ -73,9 +73,9 @@ inline void transform_bytes(chunk_transform t, std::span<const std::byte> in, st
 inline void untransform_bytes(chunk_transform t, std::span<const std::byte> in, std::size_t item,
                               std::span<std::byte> out) {
   if (t == chunk_transform::shuffle) return unshuffle_bytes(in, item, out);
-  require((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
-          "hone::checkpoint::untransform_bytes: the split transforms take whole 2- or 4-byte "
-          "elements (BF16, F32)");
+  HONE_REQUIRE((item == 2 || item == 4) && in.size() % item == 0 && out.size() == in.size(),
+               "hone::checkpoint::untransform_bytes: the split transforms take whole 2- or 4-byte "
+               "elements (BF16, F32)");
   detail::check_disjoint(in, out, "untransform_bytes");
   const std::size_t n = in.size() / item;
   const bool delta = t == chunk_transform::split_delta;

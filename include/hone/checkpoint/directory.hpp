@@ -154,8 +154,8 @@ class pending_checkpoint {
 
   /// Starts a checkpoint that will appear at `final_path` (its parent must exist).
   explicit pending_checkpoint(std::filesystem::path final_path) : final_(std::move(final_path)) {
-    require(!final_.filename().empty(),
-            "hone::checkpoint::pending_checkpoint: the path must name a directory");
+    HONE_REQUIRE(!final_.filename().empty(),
+                 "hone::checkpoint::pending_checkpoint: the path must name a directory");
     temp_ = io::temp_sibling(final_);
     if (std::filesystem::exists(temp_)) io::remove_tree(temp_);
     std::error_code ec;
@@ -195,7 +195,8 @@ class pending_checkpoint {
   /// aside first (a kill between the two renames then leaves it at its "old-" temporary name).
   /// Returns final_path().
   const std::filesystem::path& commit() {
-    require(!done_, "hone::checkpoint::pending_checkpoint::commit: already committed or aborted");
+    HONE_REQUIRE(!done_,
+                 "hone::checkpoint::pending_checkpoint::commit: already committed or aborted");
     const std::filesystem::path parent = temp_.parent_path();
     manifest_.write(file(files::manifest));
     io::sync_directory(temp_);

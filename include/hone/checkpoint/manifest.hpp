@@ -71,10 +71,11 @@ class manifest {
  public:
   /// Adds (or replaces) the entry for `name`. config_error if the name is not valid.
   manifest& add(std::string name, const io::file_digest& d) {
-    require(is_valid_manifest_name(name),
-            "hone::checkpoint::manifest: '" + name +
-                "' is not a valid checkpoint file name (1-255 characters of A-Z a-z 0-9 . _ -, "
-                "not starting with '.', not MANIFEST)");
+    HONE_REQUIRE(
+        is_valid_manifest_name(name),
+        "hone::checkpoint::manifest: '" + name +
+            "' is not a valid checkpoint file name (1-255 characters of A-Z a-z 0-9 . _ -, "
+            "not starting with '.', not MANIFEST)");
     const auto it =
         std::lower_bound(entries_.begin(), entries_.end(), name,
                          [](const manifest_entry& e, const std::string& n) { return e.name < n; });

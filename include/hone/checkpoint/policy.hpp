@@ -66,10 +66,10 @@ class every_n_steps_engine {
 
  private:
   static writer_options options(const every_n_steps& p) {
-    require(!p.root.empty(),
-            "hone::checkpoint::every_n_steps: root is empty; give the run's checkpoint "
-            "directory");
-    require(p.every >= 1, "hone::checkpoint::every_n_steps: every must be at least 1");
+    HONE_REQUIRE(!p.root.empty(),
+                 "hone::checkpoint::every_n_steps: root is empty; give the run's checkpoint "
+                 "directory");
+    HONE_REQUIRE(p.every >= 1, "hone::checkpoint::every_n_steps: every must be at least 1");
     writer_options o = p.writer;
     o.root = p.root;
     return o;

@@ -384,10 +384,10 @@ inline std::string safetensors_prefix(std::span<const tensor_info> tensors,
   std::size_t n = body.size();
   out.append((8 - n % 8) % 8, ' ');
   n = out.size() - 8;
-  require(n <= max_header_bytes, "hone::checkpoint: the safetensors header would be " +
-                                     std::to_string(n) + " bytes, more than the " +
-                                     std::to_string(max_header_bytes) +
-                                     " readers accept; split the tensors over several files");
+  HONE_REQUIRE(n <= max_header_bytes, "hone::checkpoint: the safetensors header would be " +
+                                          std::to_string(n) + " bytes, more than the " +
+                                          std::to_string(max_header_bytes) +
+                                          " readers accept; split the tensors over several files");
   write_u64_le(reinterpret_cast<std::byte*>(out.data()), n);
   return out;
 }
@@ -596,8 +596,8 @@ class tensor_writer {
 
   /// Sets a "__metadata__" entry (UTF-8 strings).
   tensor_writer& set_metadata(std::string key, std::string value) {
-    require(io::json::is_valid_utf8(key) && io::json::is_valid_utf8(value),
-            "hone::checkpoint::tensor_writer: metadata keys and values must be valid UTF-8");
+    HONE_REQUIRE(io::json::is_valid_utf8(key) && io::json::is_valid_utf8(value),
+                 "hone::checkpoint::tensor_writer: metadata keys and values must be valid UTF-8");
     metadata_.insert_or_assign(std::move(key), std::move(value));
     return *this;
   }
@@ -649,9 +649,10 @@ class tensor_writer {
     const entry& e = entries_.at(index);
     const std::size_t out_size = io::dtype_size(e.stored);
     const std::size_t in_size = io::dtype_size(e.source);
-    require(offset % out_size == 0 && out.size() % out_size == 0 &&
-                offset + out.size() <= e.stored_bytes(),
-            "hone::checkpoint::tensor_writer::read_stored: range outside tensor '" + e.name + "'");
+    HONE_REQUIRE(
+        offset % out_size == 0 && out.size() % out_size == 0 &&
+            offset + out.size() <= e.stored_bytes(),
+        "hone::checkpoint::tensor_writer::read_stored: range outside tensor '" + e.name + "'");
     const auto first = static_cast<std::size_t>(offset / out_size);
     const std::size_t count = out.size() / out_size;
     io::convert(e.data.subspan(first * in_size, count * in_size), e.source, out, e.stored);
@@ -715,25 +716,26 @@ class tensor_writer {
  private:
   tensor_writer& add_converted(std::string name, io::dtype source, io::dtype stored,
                                shape_type shape, std::span<const std::byte> data) {
-    require(!name.empty(), "hone::checkpoint::tensor_writer: a tensor name may not be empty");
-    require(name != "__metadata__",
-            "hone::checkpoint::tensor_writer: \"__metadata__\" is reserved by safetensors and "
-            "cannot name a tensor");
-    require(io::json::is_valid_utf8(name),
-            "hone::checkpoint::tensor_writer: tensor names must be valid UTF-8");
-    require(!names_.contains(name), "hone::checkpoint::tensor_writer: the tensor name '" + name +
-                                        "' is used twice; every tensor needs a distinct name");
-    require(io::can_convert(source, stored),
-            "hone::checkpoint::tensor_writer: tensor '" + name + "' of " +
-                std::string(io::dtype_name(source)) + " cannot be stored as " +
-                std::string(io::dtype_name(stored)) +
-                " (the export dtype converts between F16, BF16, F32 and F64 only)");
+    HONE_REQUIRE(!name.empty(), "hone::checkpoint::tensor_writer: a tensor name may not be empty");
+    HONE_REQUIRE(name != "__metadata__",
+                 "hone::checkpoint::tensor_writer: \"__metadata__\" is reserved by safetensors and "
+                 "cannot name a tensor");
+    HONE_REQUIRE(io::json::is_valid_utf8(name),
+                 "hone::checkpoint::tensor_writer: tensor names must be valid UTF-8");
+    HONE_REQUIRE(!names_.contains(name), "hone::checkpoint::tensor_writer: the tensor name '" +
+                                             name +
+                                             "' is used twice; every tensor needs a distinct name");
+    HONE_REQUIRE(io::can_convert(source, stored),
+                 "hone::checkpoint::tensor_writer: tensor '" + name + "' of " +
+                     std::string(io::dtype_name(source)) + " cannot be stored as " +
+                     std::string(io::dtype_name(stored)) +
+                     " (the export dtype converts between F16, BF16, F32 and F64 only)");
     const auto bytes = checked_byte_size(shape, io::dtype_size(source));
-    require(bytes.has_value() && *bytes == data.size(),
-            "hone::checkpoint::tensor_writer: tensor '" + name + "' has shape " +
-                shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " (" +
-                (bytes ? std::to_string(*bytes) : std::string("overflowing")) +
-                " bytes) but its data are " + std::to_string(data.size()) + " bytes");
+    HONE_REQUIRE(bytes.has_value() && *bytes == data.size(),
+                 "hone::checkpoint::tensor_writer: tensor '" + name + "' has shape " +
+                     shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " (" +
+                     (bytes ? std::to_string(*bytes) : std::string("overflowing")) +
+                     " bytes) but its data are " + std::to_string(data.size()) + " bytes");
     names_.insert(name);
     entries_.push_back({std::move(name), stored, source, std::move(shape), data});
     return *this;

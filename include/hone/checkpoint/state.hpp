@@ -104,8 +104,8 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
   root.set("version", state_version);
   root.set("step", s.step);
   if (s.loss_scale) {
-    require(std::isfinite(s.loss_scale->scale) && s.loss_scale->scale > 0.0f,
-            "hone::checkpoint::to_json: the loss scale must be finite and positive");
+    HONE_REQUIRE(std::isfinite(s.loss_scale->scale) && s.loss_scale->scale > 0.0f,
+                 "hone::checkpoint::to_json: the loss scale must be finite and positive");
     io::json::value ls = io::json::value::object();
     ls.set("scale", s.loss_scale->scale);
     ls.set("growth_tracker", s.loss_scale->growth_tracker);
@@ -113,8 +113,9 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
     ls.set("skipped_steps", s.loss_scale->skipped_steps);
     root.set("loss_scale", std::move(ls));
   }
-  require(s.schedule.is_object() && s.data.is_object(),
-          "hone::checkpoint::to_json: training_state::schedule and ::data must be JSON objects");
+  HONE_REQUIRE(
+      s.schedule.is_object() && s.data.is_object(),
+      "hone::checkpoint::to_json: training_state::schedule and ::data must be JSON objects");
   root.set("schedule", s.schedule);
   io::json::value rng = io::json::value::object();
   for (const auto& [k, v] : s.rng) rng.set(k, io::json::value(v));
@@ -124,8 +125,9 @@ void restore_rng(Engine& engine, std::string_view text, std::string_view what) {
   for (const auto& [k, v] : s.metadata) meta.set(k, io::json::value(v));
   root.set("metadata", std::move(meta));
   if (!s.early_stopping.is_null()) {
-    require(s.early_stopping.is_object(),
-            "hone::checkpoint::to_json: training_state::early_stopping must be null or an object");
+    HONE_REQUIRE(
+        s.early_stopping.is_object(),
+        "hone::checkpoint::to_json: training_state::early_stopping must be null or an object");
     root.set("early_stopping", s.early_stopping);
   }
   std::string out = root.dump(2);

@@ -124,8 +124,9 @@ class staging_bytes {
 };
 
 inline void check_tensor_file_name(std::string_view file) {
-  require(is_valid_manifest_name(file) && file != files::manifest && file != files::state,
-          "hone::checkpoint::snapshot: '" + std::string(file) + "' cannot be a tensor file name");
+  HONE_REQUIRE(
+      is_valid_manifest_name(file) && file != files::manifest && file != files::state,
+      "hone::checkpoint::snapshot: '" + std::string(file) + "' cannot be a tensor file name");
 }
 }  // namespace detail
 
@@ -157,9 +158,9 @@ class snapshot {
   void add_bytes(std::string_view file, std::string name, io::dtype source, io::dtype stored,
                  shape_type shape, std::span<const std::byte> bytes) {
     detail::check_tensor_file_name(file);
-    require(source == stored || io::can_convert(source, stored),
-            "hone::checkpoint::snapshot: cannot store " + std::string(io::dtype_name(source)) +
-                " as " + std::string(io::dtype_name(stored)));
+    HONE_REQUIRE(source == stored || io::can_convert(source, stored),
+                 "hone::checkpoint::snapshot: cannot store " + std::string(io::dtype_name(source)) +
+                     " as " + std::string(io::dtype_name(stored)));
     const std::size_t n = bytes.size() / io::dtype_size(source) * io::dtype_size(stored);
     const std::span<std::byte> dst = append(file, std::move(name), stored, std::move(shape), n);
     if (source == stored) {
@@ -191,10 +192,10 @@ class snapshot {
                                                        std::size_t bytes) {
     detail::check_tensor_file_name(file);
     const std::optional<std::uint64_t> want = checked_byte_size(shape, io::dtype_size(stored));
-    require(want && *want == bytes,
-            "hone::checkpoint::snapshot: tensor '" + name + "' has shape " + shape_string(shape) +
-                " of " + std::string(io::dtype_name(stored)) + " but " + std::to_string(bytes) +
-                " bytes; give the shape of the data");
+    HONE_REQUIRE(want && *want == bytes,
+                 "hone::checkpoint::snapshot: tensor '" + name + "' has shape " +
+                     shape_string(shape) + " of " + std::string(io::dtype_name(stored)) + " but " +
+                     std::to_string(bytes) + " bytes; give the shape of the data");
     return append(file, std::move(name), stored, std::move(shape), bytes);
   }
 
@@ -320,7 +321,7 @@ struct writer_options {
 class checkpoint_writer {
  public:
   explicit checkpoint_writer(writer_options options) : options_(std::move(options)) {
-    require(!options_.root.empty(), "hone::checkpoint::checkpoint_writer: the root is empty");
+    HONE_REQUIRE(!options_.root.empty(), "hone::checkpoint::checkpoint_writer: the root is empty");
     io::ensure_directory(options_.root);
     if (options_.clean_leftovers) cleaned_ = clean_leftovers(options_.root);
     if (options_.async) worker_ = std::thread([this] { run(); });
@@ -376,10 +377,10 @@ class checkpoint_writer {
   template <class Fill>
   bool save(std::uint64_t step, Fill&& fill) {
     std::unique_lock lock(mutex_);
-    require(!closed_, "hone::checkpoint::checkpoint_writer::save: the writer was closed");
-    require(!filling_,
-            "hone::checkpoint::checkpoint_writer::save: called from inside a save's fill "
-            "callback; save again after it returns");
+    HONE_REQUIRE(!closed_, "hone::checkpoint::checkpoint_writer::save: the writer was closed");
+    HONE_REQUIRE(!filling_,
+                 "hone::checkpoint::checkpoint_writer::save: called from inside a save's fill "
+                 "callback; save again after it returns");
     rethrow_locked();
     if (options_.async && pending_) {
       if (options_.busy == on_busy::skip) {

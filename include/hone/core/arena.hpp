@@ -27,14 +27,14 @@ class arena_layout {
   };
 
   explicit arena_layout(std::size_t element_size) : align_(alignment_for(element_size)) {
-    require(element_size > 0, "hone::arena_layout: element size must be positive");
+    HONE_REQUIRE(element_size > 0, "hone::arena_layout: element size must be positive");
   }
 
   /// Appends a slot of `count` elements and returns its index. Names must be unique.
   std::size_t add(std::string name, std::size_t count) {
     for (const auto& s : slots_) {
-      require(s.name != name, "hone::arena_layout: slot name '" + name +
-                                  "' is used twice; every tensor needs a distinct name");
+      HONE_REQUIRE(s.name != name, "hone::arena_layout: slot name '" + name +
+                                       "' is used twice; every tensor needs a distinct name");
     }
     const std::size_t offset = (total_ + align_ - 1) / align_ * align_;
     slots_.push_back({std::move(name), offset, count});

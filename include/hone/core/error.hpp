@@ -73,9 +73,28 @@ inline std::string where(const source_location& loc) {
 }  // namespace detail
 
 /// Throws config_error with `message` when `condition` is false. Used for argument checks that
-/// cannot be made at compile time.
+/// cannot be made at compile time. The message is built before the call, whether the check
+/// passes or not; hone's own checks use HONE_REQUIRE, which builds it only on failure.
 inline void require(bool condition, std::string_view message) {
   if (!condition) throw config_error(std::string(message));
 }
 
+namespace detail {
+/// The failure side of HONE_REQUIRE: out of line and cold, so the compiler treats the branch
+/// that builds the message as unlikely and optimizes it for size.
+[[noreturn, gnu::cold, gnu::noinline]] inline void config_failure(const std::string& message) {
+  throw config_error(message);
+}
+}  // namespace detail
+
 HONE_NAMESPACE_END
+
+/// HONE_REQUIRE(condition, message): throws hone::config_error(message) when `condition` is
+/// false, evaluating `message` (anything a std::string can be made from) only then. Argument
+/// checks sit on paths that run every step: built eagerly (as hone::require's argument is),
+/// their sentences cost string work at every call and generated code in every caller.
+#define HONE_REQUIRE(condition, ...)                            \
+  do {                                                          \
+    if (!(condition)) [[unlikely]]                              \
+      ::hone::detail::config_failure(std::string(__VA_ARGS__)); \
+  } while (false)

@@ -9,11 +9,6 @@
 // The lists hold raw pointers only: they work for host and device memory alike.
 #pragma once
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/parallel_reduce.h>
-#include <oneapi/tbb/partitioner.h>
-
 #include <array>
 #include <cstddef>
 #include <span>
@@ -30,6 +25,20 @@
 
 HONE_NAMESPACE_BEGIN
 
+namespace detail {
+// The messages of tensor_lists, out of line: every instantiation shares them.
+[[noreturn, gnu::cold]] inline void null_tensor_error(std::size_t n) {
+  throw config_error("hone::tensor_lists::add: a tensor of " + std::to_string(n) +
+                     " elements has a null pointer; allocate it before adding");
+}
+[[noreturn, gnu::cold]] inline void list_size_error(std::size_t n, std::size_t m,
+                                                    std::size_t list) {
+  throw config_error("hone::tensor_lists::add_spans: list " + std::to_string(list) + " has " +
+                     std::to_string(m) + " elements but list 0 has " + std::to_string(n) +
+                     "; every list must hold a tensor of the same size");
+}
+}  // namespace detail
+
 template <class... Ts>
 class tensor_lists {
   static_assert(sizeof...(Ts) > 0, "hone::tensor_lists needs at least one list");
@@ -43,10 +52,7 @@ class tensor_lists {
   /// Appends one tensor to every list: `n` elements at each pointer. Empty tensors are skipped.
   void add(std::size_t n, Ts*... p) {
     if (n == 0) return;
-    if ((... || !p)) {
-      throw config_error("hone::tensor_lists::add: a tensor of " + std::to_string(n) +
-                         " elements has a null pointer; allocate it before adding");
-    }
+    if ((... || !p)) detail::null_tensor_error(n);
     sizes_.push_back(n);
     ptrs_.emplace_back(p...);
     total_ += n;
@@ -65,6 +71,8 @@ class tensor_lists {
   [[nodiscard]] bool empty() const noexcept { return sizes_.empty(); }
   [[nodiscard]] std::size_t numel(std::size_t t) const { return sizes_.at(t); }
   [[nodiscard]] std::size_t total_numel() const noexcept { return total_; }
+  /// The element count of every tensor, in order.
+  [[nodiscard]] std::span<const std::size_t> sizes() const noexcept { return sizes_; }
   [[nodiscard]] const pointers& at(std::size_t t) const { return ptrs_.at(t); }
   template <std::size_t K>
   [[nodiscard]] auto* pointer(std::size_t t) const {
@@ -73,11 +81,7 @@ class tensor_lists {
 
  private:
   void check_size(std::size_t n, std::size_t m, std::size_t list) const {
-    if (n != m) {
-      throw config_error("hone::tensor_lists::add_spans: list " + std::to_string(list) + " has " +
-                         std::to_string(m) + " elements but list 0 has " + std::to_string(n) +
-                         "; every list must hold a tensor of the same size");
-    }
+    if (n != m) detail::list_size_error(n, m, list);
   }
 
   std::vector<std::size_t> sizes_;
@@ -91,16 +95,20 @@ struct chunk {
 };
 
 /// Splits every tensor into chunks of at most `grain` elements (the task table of one pass).
-template <class... Ts>
-std::vector<chunk> make_chunks(const tensor_lists<Ts...>& lists, std::size_t grain) {
+inline std::vector<chunk> make_chunks(std::span<const std::size_t> sizes, std::size_t total,
+                                      std::size_t grain) {
   std::vector<chunk> chunks;
-  chunks.reserve(lists.total_numel() / grain + lists.size());
-  for (std::size_t t = 0; t < lists.size(); ++t) {
-    const std::size_t n = lists.numel(t);
+  chunks.reserve(total / grain + sizes.size());
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const std::size_t n = sizes[t];
     for (std::size_t b = 0; b < n; b += grain)
       chunks.push_back({t, b, b + grain < n ? b + grain : n});
   }
   return chunks;
+}
+template <class... Ts>
+std::vector<chunk> make_chunks(const tensor_lists<Ts...>& lists, std::size_t grain) {
+  return make_chunks(lists.sizes(), lists.total_numel(), grain);
 }
 
 template <class Op, class Tuple, std::size_t... K>
@@ -132,12 +140,11 @@ void for_each(const tensor_lists<Ts...>& lists, const Op& op, host_tuning tuning
     detail::apply_chunk(op, chunks[0], lists.at(0), seq);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, chunks.size(), 1),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t c = r.begin(); c != r.end(); ++c) {
-                        detail::apply_chunk(op, chunks[c], lists.at(chunks[c].tensor), seq);
-                      }
-                    });
+  detail::parallel_ranges(chunks.size(), 1, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t c = begin; c != end; ++c) {
+      detail::apply_chunk(op, chunks[c], lists.at(chunks[c].tensor), seq);
+    }
+  });
 }
 
 /// Reduces `op(a[i], ...)` over every element of every tensor with `reduce` (associative, `init`
@@ -151,16 +158,16 @@ R transform_reduce(const tensor_lists<Ts...>& lists, R init, const Op& op, const
   if (lists.empty()) return init;
   const auto chunks = detail::make_chunks(lists, tuning.grain);
   constexpr auto seq = std::index_sequence_for<Ts...>{};
-  return tbb::parallel_deterministic_reduce(
-      tbb::blocked_range<std::size_t>(0, chunks.size(), 1), init,
-      [&](const tbb::blocked_range<std::size_t>& r, R acc) {
-        for (std::size_t c = r.begin(); c != r.end(); ++c) {
+  return detail::parallel_reduce_ranges(
+      chunks.size(), 1, init,
+      [&](std::size_t begin, std::size_t end, R acc) {
+        for (std::size_t c = begin; c != end; ++c) {
           acc = reduce(acc, detail::reduce_chunk(op, reduce, init, chunks[c],
                                                  lists.at(chunks[c].tensor), seq));
         }
         return acc;
       },
-      reduce, tbb::simple_partitioner{});
+      reduce);
 }
 
 HONE_NAMESPACE_END

@@ -97,6 +97,65 @@ HONE_FORCEINLINE void apply_range(const Op& op, std::size_t begin, std::size_t e
   }
 }
 
+/// One parallel pass with its body erased to a function pointer and a context. oneTBB's task
+/// types (start_for, start_deterministic_reduce, their partitioners) are then instantiated once
+/// per program, not once per functor: in a trainer file they were about a fifth of the generated
+/// code. The split of the range and the order of the reduction do not change, so results keep
+/// their bits; the cost is one indirect call per task (a task holds tens of thousands of
+/// elements).
+struct range_body {
+  void (*run)(const void* ctx, std::size_t begin, std::size_t end);
+  const void* ctx;
+  void operator()(const tbb::blocked_range<std::size_t>& r) const { run(ctx, r.begin(), r.end()); }
+};
+
+/// body(begin, end) over the tasks of [0, n) (oneTBB's auto partitioner, at least `grain` each).
+inline void parallel_ranges(std::size_t n, std::size_t grain, range_body body) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain), body);
+}
+
+template <class F>
+void parallel_ranges(std::size_t n, std::size_t grain, const F& f) {
+  parallel_ranges(n, grain,
+                  range_body{[](const void* ctx, std::size_t b, std::size_t e) {
+                               (*static_cast<const F*>(ctx))(b, e);
+                             },
+                             &f});
+}
+
+template <class R>
+struct reduce_body {
+  R (*leaf)(const void* ctx, std::size_t begin, std::size_t end, R acc);
+  R (*join)(const void* ctx, R a, R b);
+  const void* leaf_ctx;
+  const void* join_ctx;
+};
+
+/// oneTBB's deterministic reduction (simple partitioner, tasks of `grain`) over [0, n):
+/// acc = leaf(begin, end, acc) per task, partial results combined with join in a fixed tree.
+template <class R>
+R parallel_reduce_ranges_erased(std::size_t n, std::size_t grain, R init, reduce_body<R> b) {
+  return tbb::parallel_deterministic_reduce(
+      tbb::blocked_range<std::size_t>(0, n, grain), init,
+      [b](const tbb::blocked_range<std::size_t>& r, R acc) {
+        return b.leaf(b.leaf_ctx, r.begin(), r.end(), acc);
+      },
+      [b](R x, R y) { return b.join(b.join_ctx, x, y); }, tbb::simple_partitioner{});
+}
+
+template <class R, class Leaf, class Join>
+R parallel_reduce_ranges(std::size_t n, std::size_t grain, R init, const Leaf& leaf,
+                         const Join& join) {
+  return parallel_reduce_ranges_erased<R>(
+      n, grain, init,
+      reduce_body<R>{
+          [](const void* ctx, std::size_t b, std::size_t e, R acc) {
+            return (*static_cast<const Leaf*>(ctx))(b, e, acc);
+          },
+          [](const void* ctx, R x, R y) { return (*static_cast<const Join*>(ctx))(x, y); }, &leaf,
+          &join});
+}
+
 /// Number of independent partial sums of a reduction's inner loop: one AVX-512 vector of floats.
 /// Fixed, so results do not depend on the machine or the thread count.
 inline constexpr std::size_t reduce_lanes = 16;
@@ -137,10 +196,9 @@ void for_each(std::size_t n, const Op& op, host_tuning tuning, Ts*... p) {
     detail::apply_range(op, 0, n, p...);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, tuning.grain),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      detail::apply_range(op, r.begin(), r.end(), p...);
-                    });
+  detail::parallel_ranges(n, tuning.grain, [&](std::size_t begin, std::size_t end) {
+    detail::apply_range(op, begin, end, p...);
+  });
 }
 
 /// Reduces `op(p[i]...)` over [0, n) with `reduce` (associative; `init` its identity).
@@ -153,12 +211,12 @@ R transform_reduce(std::size_t n, R init, const Op& op, const Reduce& reduce, ho
                 "per array and return a value convertible to the result type.");
   if (n == 0) return init;
   if (n <= tuning.grain) return detail::reduce_range(op, reduce, init, 0, n, p...);
-  return tbb::parallel_deterministic_reduce(
-      tbb::blocked_range<std::size_t>(0, n, tuning.grain), init,
-      [&](const tbb::blocked_range<std::size_t>& r, R acc) {
-        return reduce(acc, detail::reduce_range(op, reduce, init, r.begin(), r.end(), p...));
+  return detail::parallel_reduce_ranges(
+      n, tuning.grain, init,
+      [&](std::size_t begin, std::size_t end, R acc) {
+        return reduce(acc, detail::reduce_range(op, reduce, init, begin, end, p...));
       },
-      reduce, tbb::simple_partitioner{});
+      reduce);
 }
 
 template <class R, class Op, class Reduce, class... Ts>

@@ -268,14 +268,14 @@ inline constexpr dtype dtype_of = detail::dtype_of_impl<T>();
 /// number of elements. Unaligned buffers are fine.
 inline void convert(std::span<const std::byte> src, dtype from, std::span<std::byte> dst,
                     dtype to) {
-  require(can_convert(from, to),
-          "hone::io::convert: cannot convert " + std::string(dtype_name(from)) + " to " +
-              std::string(dtype_name(to)) + " (only between F16, BF16, F32 and F64)");
+  HONE_REQUIRE(can_convert(from, to),
+               "hone::io::convert: cannot convert " + std::string(dtype_name(from)) + " to " +
+                   std::string(dtype_name(to)) + " (only between F16, BF16, F32 and F64)");
   const std::size_t n = src.size() / dtype_size(from);
-  require(src.size() % dtype_size(from) == 0 && dst.size() == n * dtype_size(to),
-          "hone::io::convert: " + std::to_string(src.size()) + " bytes of " +
-              std::string(dtype_name(from)) + " do not convert into " + std::to_string(dst.size()) +
-              " bytes of " + std::string(dtype_name(to)));
+  HONE_REQUIRE(src.size() % dtype_size(from) == 0 && dst.size() == n * dtype_size(to),
+               "hone::io::convert: " + std::to_string(src.size()) + " bytes of " +
+                   std::string(dtype_name(from)) + " do not convert into " +
+                   std::to_string(dst.size()) + " bytes of " + std::string(dtype_name(to)));
   if (from == to) {
     if (n != 0) std::memcpy(dst.data(), src.data(), src.size());
     return;

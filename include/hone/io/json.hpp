@@ -163,8 +163,8 @@ class value {
   [[nodiscard]] static value object() { return value(object_type{}); }
   /// A number given by its JSON text (config_error if `text` is not a JSON number).
   [[nodiscard]] static value number_text(std::string_view text) {
-    require(detail::is_json_number(text),
-            "hone::json: '" + std::string(text) + "' is not a JSON number");
+    HONE_REQUIRE(detail::is_json_number(text),
+                 "hone::json: '" + std::string(text) + "' is not a JSON number");
     value v;
     v.kind_ = kind::number;
     v.text_ = text;
@@ -316,7 +316,7 @@ class value {
   }
   template <class F>
   static std::string format_floating(F v) {
-    require(std::isfinite(v), "hone::json: JSON has no representation of NaN or infinity");
+    HONE_REQUIRE(std::isfinite(v), "hone::json: JSON has no representation of NaN or infinity");
     char buf[64];
     const auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
     std::string s(buf, p);

@@ -57,10 +57,10 @@ batch_size_result find_batch_size(F&& try_batch, batch_size_options options = {}
   static_assert(std::is_invocable_v<F&, std::size_t>,
                 "hone::offload::find_batch_size: the callable must take the batch size "
                 "(std::size_t)");
-  require(options.start >= 1, "hone::offload::find_batch_size: start must be at least 1");
-  require(options.max >= options.start,
-          "hone::offload::find_batch_size: max (" + std::to_string(options.max) +
-              ") must be at least start (" + std::to_string(options.start) + ")");
+  HONE_REQUIRE(options.start >= 1, "hone::offload::find_batch_size: start must be at least 1");
+  HONE_REQUIRE(options.max >= options.start,
+               "hone::offload::find_batch_size: max (" + std::to_string(options.max) +
+                   ") must be at least start (" + std::to_string(options.start) + ")");
   batch_size_result result;
   auto fits = [&](std::size_t b) {
     std::string message;

@@ -130,8 +130,8 @@ class memory_monitor {
  public:
   /// Starts the sampling thread. Throws config_error for a zero interval.
   explicit memory_monitor(memory_monitor_options options = {}) : options_(options) {
-    require(options_.interval.count() > 0,
-            "hone::offload::memory_monitor: the sampling interval must be positive");
+    HONE_REQUIRE(options_.interval.count() > 0,
+                 "hone::offload::memory_monitor: the sampling interval must be positive");
 #if HONE_HAS_CUDA_RUNTIME
     if (options_.device && options_.cuda_device < 0) {
       int d = 0;
@@ -155,10 +155,10 @@ class memory_monitor {
   /// above the level fires on_above at that sample). Throws config_error for bytes == 0 or a
   /// hysteresis larger than the level.
   std::size_t add_threshold(memory_threshold t) {
-    require(t.bytes > 0, "hone::offload::memory_monitor: a threshold needs bytes > 0");
+    HONE_REQUIRE(t.bytes > 0, "hone::offload::memory_monitor: a threshold needs bytes > 0");
     if (t.hysteresis_bytes == 0) t.hysteresis_bytes = t.bytes / 16;
-    require(t.hysteresis_bytes <= t.bytes,
-            "hone::offload::memory_monitor: hysteresis_bytes must not exceed the level");
+    HONE_REQUIRE(t.hysteresis_bytes <= t.bytes,
+                 "hone::offload::memory_monitor: hysteresis_bytes must not exceed the level");
     std::lock_guard lock(mutex_);
     thresholds_.push_back({std::move(t), true, 0, 0});
     return thresholds_.size() - 1;

@@ -86,11 +86,11 @@ struct bucket_range {
 /// Throws config_error when a bucket cannot hold one element.
 inline std::vector<bucket_range> make_buckets(std::size_t total, std::size_t bucket_bytes,
                                               std::size_t element_size) {
-  require(element_size > 0, "hone::offload::make_buckets: element size must be positive");
-  require(bucket_bytes >= element_size,
-          "hone::offload::optimizer_to_host: bucket_bytes is " + std::to_string(bucket_bytes) +
-              " but a bucket must hold at least one gradient element (" +
-              std::to_string(element_size) + " bytes); use a few MiB");
+  HONE_REQUIRE(element_size > 0, "hone::offload::make_buckets: element size must be positive");
+  HONE_REQUIRE(bucket_bytes >= element_size,
+               "hone::offload::optimizer_to_host: bucket_bytes is " + std::to_string(bucket_bytes) +
+                   " but a bucket must hold at least one gradient element (" +
+                   std::to_string(element_size) + " bytes); use a few MiB");
   const std::size_t per = bucket_bytes / element_size;
   std::vector<bucket_range> out;
   out.reserve(total / per + 1);
@@ -187,7 +187,7 @@ class engine {
   /// Casts the master weights to W and copies them to `device_params` (waits for the copies).
   /// A pending delayed update is finished first.
   void push_params(W* device_params) {
-    require(device_params != nullptr, "hone::offload::engine::push_params: null parameters");
+    HONE_REQUIRE(device_params != nullptr, "hone::offload::engine::push_params: null parameters");
     finish_job();
     pending_ = false;
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -205,8 +205,8 @@ class engine {
   /// inside a delayed host step is rethrown by the next step, flush or push_params.
   void step(const optimizer_step_args& args, const G* device_grads, W* device_params,
             const std::vector<param_group>& groups = {}) {
-    require(device_grads != nullptr && device_params != nullptr,
-            "hone::offload::engine::step: device gradients and parameters must not be null");
+    HONE_REQUIRE(device_grads != nullptr && device_params != nullptr,
+                 "hone::offload::engine::step: device gradients and parameters must not be null");
     if (policy_.delayed_update) flush(device_params);
     validate(args, groups);
     transport_.begin_to_host();
@@ -242,7 +242,7 @@ class engine {
   /// (stream-ordered after the caller's work; call before the next forward or at the end of
   /// training). Rethrows an error of the host step. Immediate mode: nothing to do.
   void flush(W* device_params) {
-    require(device_params != nullptr, "hone::offload::engine::flush: null parameters");
+    HONE_REQUIRE(device_params != nullptr, "hone::offload::engine::flush: null parameters");
     finish_job();
     if (!pending_) return;
     pending_ = false;

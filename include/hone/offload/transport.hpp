@@ -103,9 +103,10 @@ class host_transport {
 
  private:
   void check(std::size_t bucket) const {
-    require(bucket < buckets_, "hone::offload::host_transport: bucket " + std::to_string(bucket) +
-                                   " out of range (" + std::to_string(buckets_) +
-                                   " prepared); call prepare(n) first");
+    HONE_REQUIRE(bucket < buckets_, "hone::offload::host_transport: bucket " +
+                                        std::to_string(bucket) + " out of range (" +
+                                        std::to_string(buckets_) +
+                                        " prepared); call prepare(n) first");
   }
   void record(transfer_record::kind k, std::size_t bucket, std::size_t bytes) {
     if (log_enabled_) log_.push_back({k, bucket, bytes});

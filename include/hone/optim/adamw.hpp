@@ -52,15 +52,15 @@ struct adamw {
 namespace detail {
 inline void check_adam_hyperparameters(float beta1, float beta2, float eps, float weight_decay,
                                        const char* who) {
-  require(beta1 >= 0.0f && beta1 < 1.0f,
-          std::string(who) + ": beta1 must be in [0, 1), got " + std::to_string(beta1));
-  require(beta2 >= 0.0f && beta2 < 1.0f,
-          std::string(who) + ": beta2 must be in [0, 1), got " + std::to_string(beta2));
-  require(finite_nonnegative(eps),
-          std::string(who) + ": eps must be finite and >= 0, got " + std::to_string(eps));
-  require(finite_nonnegative(weight_decay), std::string(who) +
-                                                ": weight_decay must be finite and >= 0, got " +
-                                                std::to_string(weight_decay));
+  HONE_REQUIRE(beta1 >= 0.0f && beta1 < 1.0f,
+               std::string(who) + ": beta1 must be in [0, 1), got " + std::to_string(beta1));
+  HONE_REQUIRE(beta2 >= 0.0f && beta2 < 1.0f,
+               std::string(who) + ": beta2 must be in [0, 1), got " + std::to_string(beta2));
+  HONE_REQUIRE(finite_nonnegative(eps),
+               std::string(who) + ": eps must be finite and >= 0, got " + std::to_string(eps));
+  HONE_REQUIRE(finite_nonnegative(weight_decay),
+               std::string(who) + ": weight_decay must be finite and >= 0, got " +
+                   std::to_string(weight_decay));
 }
 }  // namespace detail
 
@@ -227,11 +227,12 @@ class adamw_state {
     detail::check_step_args(args, "hone::adamw");
     detail::check_adam_hyperparameters(detail::step_momentum(args, policy.beta1), policy.beta2,
                                        policy.eps, policy.weight_decay, "hone::adamw");
-    require(policy.amsgrad == amsgrad_,
-            "hone::adamw: the policy's amsgrad differs from the one this state was built with; "
-            "build the state from the same policy");
-    require(master != nullptr && grad != nullptr,
-            "hone::adamw::step: master and grad must point to arenas laid out like the state");
+    HONE_REQUIRE(
+        policy.amsgrad == amsgrad_,
+        "hone::adamw: the policy's amsgrad differs from the one this state was built with; "
+        "build the state from the same policy");
+    HONE_REQUIRE(master != nullptr && grad != nullptr,
+                 "hone::adamw::step: master and grad must point to arenas laid out like the state");
     float* m = exp_avg_.all().data();
     float* v = exp_avg_sq_.all().data();
     float* vmax = amsgrad_ ? max_exp_avg_sq_.all().data() : nullptr;
@@ -265,9 +266,10 @@ class adamw_state {
     return layout;
   }
   void require_amsgrad() const {
-    require(amsgrad_,
-            "hone::adamw: max_exp_avg_sq exists only with amsgrad = true; build the state from "
-            "a policy with amsgrad enabled");
+    HONE_REQUIRE(
+        amsgrad_,
+        "hone::adamw: max_exp_avg_sq exists only with amsgrad = true; build the state from "
+        "a policy with amsgrad enabled");
   }
 
   arena_layout layout_;

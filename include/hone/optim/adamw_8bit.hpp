@@ -28,9 +28,6 @@
 #include <utility>
 #include <vector>
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-
 #include "hone/core/arena.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
@@ -238,21 +235,20 @@ class adamw_8bit_state {
             for (std::size_t b = 0; b < nb; b += blocks_per_task)
               tasks.push_back({s, b, std::min(nb, b + blocks_per_task)});
           }
-          tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks.size(), 1),
-                            [&](const tbb::blocked_range<std::size_t>& r) {
-                              for (std::size_t t = r.begin(); t != r.end(); ++t) {
-                                const auto& tk = tasks[t];
-                                const auto& sl = slots[tk.slot];
-                                for (std::size_t b = tk.first_block; b < tk.last_block; ++b) {
-                                  const std::size_t e = b * block;
-                                  const std::size_t len = std::min(block, sl.count - e);
-                                  detail::adamw_8bit_block(
-                                      c, sidx, uidx, master + sl.offset + e, grad + sl.offset + e,
-                                      qm + sl.code_offset + e, qv + sl.code_offset + e,
-                                      am + sl.absmax_offset + b, av + sl.absmax_offset + b, len);
-                                }
-                              }
-                            });
+          hone::detail::parallel_ranges(tasks.size(), 1, [&](std::size_t first, std::size_t last) {
+            for (std::size_t t = first; t != last; ++t) {
+              const auto& tk = tasks[t];
+              const auto& sl = slots[tk.slot];
+              for (std::size_t b = tk.first_block; b < tk.last_block; ++b) {
+                const std::size_t e = b * block;
+                const std::size_t len = std::min(block, sl.count - e);
+                detail::adamw_8bit_block(c, sidx, uidx, master + sl.offset + e,
+                                         grad + sl.offset + e, qm + sl.code_offset + e,
+                                         qv + sl.code_offset + e, am + sl.absmax_offset + b,
+                                         av + sl.absmax_offset + b, len);
+              }
+            }
+          });
         });
   }
 
@@ -265,12 +261,12 @@ class adamw_8bit_state {
     detail::check_step_args(args, "hone::adamw_8bit");
     detail::check_adam_hyperparameters(detail::step_momentum(args, policy.beta1), policy.beta2,
                                        policy.eps, policy.weight_decay, "hone::adamw_8bit");
-    require(policy.block == block_ && policy.min_8bit_size == min_8bit_size_,
-            "hone::adamw_8bit: the policy's block or min_8bit_size differs from the one this "
-            "state was built with; build the state from the same policy");
-    require(master != nullptr && grad != nullptr,
-            "hone::adamw_8bit::step: master and grad must point to arenas laid out like the "
-            "state");
+    HONE_REQUIRE(policy.block == block_ && policy.min_8bit_size == min_8bit_size_,
+                 "hone::adamw_8bit: the policy's block or min_8bit_size differs from the one this "
+                 "state was built with; build the state from the same policy");
+    HONE_REQUIRE(master != nullptr && grad != nullptr,
+                 "hone::adamw_8bit::step: master and grad must point to arenas laid out like the "
+                 "state");
     float* m = exp_avg_.all().data();
     float* v = exp_avg_sq_.all().data();
     for (const auto& grp : detail::resolve_groups(layout_, groups, args.lr, policy.weight_decay,

@@ -92,8 +92,9 @@ struct pow_to_double {
 };
 
 inline void check_grad_scale(float s, const char* who) {
-  require(std::isfinite(s) && s > 0.0f,
-          std::string(who) + ": grad_scale must be finite and positive, got " + std::to_string(s));
+  HONE_REQUIRE(
+      std::isfinite(s) && s > 0.0f,
+      std::string(who) + ": grad_scale must be finite and positive, got " + std::to_string(s));
 }
 }  // namespace detail
 
@@ -205,13 +206,13 @@ struct clip_grad_norm {
   }
 
   void check() const {
-    require(std::isfinite(max_norm) && max_norm > 0.0f,
-            "hone::clip_grad_norm: max_norm must be finite and positive, got " +
-                std::to_string(max_norm));
-    require(norm_type > 0.0f && !std::isnan(norm_type),
-            "hone::clip_grad_norm: norm_type must be positive (2, 1, any p > 0, or infinity), "
-            "got " +
-                std::to_string(norm_type));
+    HONE_REQUIRE(std::isfinite(max_norm) && max_norm > 0.0f,
+                 "hone::clip_grad_norm: max_norm must be finite and positive, got " +
+                     std::to_string(max_norm));
+    HONE_REQUIRE(norm_type > 0.0f && !std::isnan(norm_type),
+                 "hone::clip_grad_norm: norm_type must be positive (2, 1, any p > 0, or infinity), "
+                 "got " +
+                     std::to_string(norm_type));
   }
 };
 
@@ -277,9 +278,9 @@ struct clip_grad_value {
   /// The clamp functor for a step with this grad_scale (shared with the CUDA path).
   template <class G>
   [[nodiscard]] clip_value_functor<G> functor(float grad_scale, int* found_inf = nullptr) const {
-    require(std::isfinite(clip_value) && clip_value >= 0.0f,
-            "hone::clip_grad_value: clip_value must be finite and >= 0, got " +
-                std::to_string(clip_value));
+    HONE_REQUIRE(std::isfinite(clip_value) && clip_value >= 0.0f,
+                 "hone::clip_grad_value: clip_value must be finite and >= 0, got " +
+                     std::to_string(clip_value));
     detail::check_grad_scale(grad_scale, "hone::clip_grad_value");
     const float bound = clip_value / grad_scale;
     return {-bound, bound, found_inf};

@@ -72,16 +72,17 @@ inline bool finite_nonnegative(float x) {
 
 /// Checks the step arguments; `who` names the optimizer in messages.
 inline void check_step_args(const optimizer_step_args& a, const char* who) {
-  require(a.step >= 1, std::string(who) +
-                           ": optimizer_step_args::step is the 1-based count of applied updates "
-                           "(this one included); it must be at least 1");
-  require(finite_nonnegative(a.lr), std::string(who) +
-                                        ": the learning rate must be a finite number >= 0, got " +
-                                        std::to_string(a.lr));
-  require(std::isfinite(a.grad_scale) && a.grad_scale > 0.0f,
-          std::string(who) + ": grad_scale must be finite and positive, got " +
-              std::to_string(a.grad_scale) +
-              "; a non-finite clipping norm or loss scale means the step must be skipped");
+  HONE_REQUIRE(a.step >= 1,
+               std::string(who) +
+                   ": optimizer_step_args::step is the 1-based count of applied updates "
+                   "(this one included); it must be at least 1");
+  HONE_REQUIRE(finite_nonnegative(a.lr),
+               std::string(who) + ": the learning rate must be a finite number >= 0, got " +
+                   std::to_string(a.lr));
+  HONE_REQUIRE(std::isfinite(a.grad_scale) && a.grad_scale > 0.0f,
+               std::string(who) + ": grad_scale must be finite and positive, got " +
+                   std::to_string(a.grad_scale) +
+                   "; a non-finite clipping norm or loss scale means the step must be skipped");
 }
 
 /// Resolves the user's groups against `layout`: each slot index must exist and belong to at most
@@ -95,20 +96,22 @@ inline std::vector<resolved_group> resolve_groups(const arena_layout& layout,
   out.reserve(groups.size() + 1);
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto& grp = groups[g];
-    require(finite_nonnegative(grp.lr_scale),
-            std::string(who) + ": param group " + std::to_string(g) + " has lr_scale " +
-                std::to_string(grp.lr_scale) + "; it must be finite and >= 0");
+    HONE_REQUIRE(finite_nonnegative(grp.lr_scale),
+                 std::string(who) + ": param group " + std::to_string(g) + " has lr_scale " +
+                     std::to_string(grp.lr_scale) + "; it must be finite and >= 0");
     const float decay = grp.weight_decay.value_or(default_decay);
-    require(finite_nonnegative(decay), std::string(who) + ": param group " + std::to_string(g) +
-                                           " has weight_decay " + std::to_string(decay) +
-                                           "; it must be finite and >= 0");
+    HONE_REQUIRE(finite_nonnegative(decay),
+                 std::string(who) + ": param group " + std::to_string(g) + " has weight_decay " +
+                     std::to_string(decay) + "; it must be finite and >= 0");
     resolved_group r{{}, lr * grp.lr_scale, decay};
     for (std::size_t s : grp.slots) {
-      require(s < layout.size(), std::string(who) + ": param group " + std::to_string(g) +
-                                     " names slot " + std::to_string(s) + " but the layout has " +
-                                     std::to_string(layout.size()) + " slots");
-      require(!taken[s], std::string(who) + ": slot " + std::to_string(s) + " ('" + layout[s].name +
-                             "') is in two param groups; every slot belongs to at most one");
+      HONE_REQUIRE(s < layout.size(), std::string(who) + ": param group " + std::to_string(g) +
+                                          " names slot " + std::to_string(s) +
+                                          " but the layout has " + std::to_string(layout.size()) +
+                                          " slots");
+      HONE_REQUIRE(!taken[s], std::string(who) + ": slot " + std::to_string(s) + " ('" +
+                                  layout[s].name +
+                                  "') is in two param groups; every slot belongs to at most one");
       taken[s] = 1;
       if (layout[s].count != 0) r.slots.push_back(s);
     }

@@ -72,9 +72,9 @@ inline std::vector<param_group> make_param_groups(const arena_layout& layout,
                                                   const std::vector<param_group_rule>& rules) {
   std::vector<param_group> groups(rules.size());
   for (std::size_t r = 0; r < rules.size(); ++r) {
-    require(static_cast<bool>(rules[r].match),
-            "hone::make_param_groups: rule " + std::to_string(r) +
-                " has no `match` predicate; give it a callable taking the slot name");
+    HONE_REQUIRE(static_cast<bool>(rules[r].match),
+                 "hone::make_param_groups: rule " + std::to_string(r) +
+                     " has no `match` predicate; give it a callable taking the slot name");
     groups[r].lr_scale = rules[r].lr_scale;
     groups[r].weight_decay = rules[r].weight_decay;
   }

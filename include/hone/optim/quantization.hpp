@@ -205,9 +205,10 @@ inline const quantization_index& dynamic_map_index(bool is_signed) {
 
 namespace detail {
 inline void check_block(std::size_t block, const char* who) {
-  require(block >= 64 && block <= 4096 && (block & (block - 1)) == 0,
-          std::string(who) + ": the quantization block must be a power of two in [64, 4096], got " +
-              std::to_string(block));
+  HONE_REQUIRE(block >= 64 && block <= 4096 && (block & (block - 1)) == 0,
+               std::string(who) +
+                   ": the quantization block must be a power of two in [64, 4096], got " +
+                   std::to_string(block));
 }
 }  // namespace detail
 

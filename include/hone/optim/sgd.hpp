@@ -45,14 +45,16 @@ struct sgd {
 
 namespace detail {
 inline void check_sgd(float momentum, float dampening, bool nesterov, float weight_decay) {
-  require(finite_nonnegative(momentum),
-          "hone::sgd: momentum must be finite and >= 0, got " + std::to_string(momentum));
-  require(std::isfinite(dampening),
-          "hone::sgd: dampening must be finite, got " + std::to_string(dampening));
-  require(finite_nonnegative(weight_decay),
-          "hone::sgd: weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
-  require(!nesterov || (momentum > 0.0f && dampening == 0.0f),
-          "hone::sgd: Nesterov momentum requires momentum > 0 and dampening = 0 (as in PyTorch)");
+  HONE_REQUIRE(finite_nonnegative(momentum),
+               "hone::sgd: momentum must be finite and >= 0, got " + std::to_string(momentum));
+  HONE_REQUIRE(std::isfinite(dampening),
+               "hone::sgd: dampening must be finite, got " + std::to_string(dampening));
+  HONE_REQUIRE(
+      finite_nonnegative(weight_decay),
+      "hone::sgd: weight_decay must be finite and >= 0, got " + std::to_string(weight_decay));
+  HONE_REQUIRE(
+      !nesterov || (momentum > 0.0f && dampening == 0.0f),
+      "hone::sgd: Nesterov momentum requires momentum > 0 and dampening = 0 (as in PyTorch)");
 }
 }  // namespace detail
 
@@ -159,12 +161,13 @@ class sgd_state {
     detail::check_step_args(args, "hone::sgd");
     const float mu = detail::step_momentum(args, policy.momentum);
     detail::check_sgd(mu, policy.dampening, policy.nesterov, policy.weight_decay);
-    require(mu == 0.0f || has_momentum_,
-            "hone::sgd: this step has momentum " + std::to_string(mu) +
-                " but the state was built from a policy without momentum (no buffer); build it "
-                "from a policy with momentum != 0");
-    require(master != nullptr && grad != nullptr,
-            "hone::sgd::step: master and grad must point to arenas laid out like the state");
+    HONE_REQUIRE(
+        mu == 0.0f || has_momentum_,
+        "hone::sgd: this step has momentum " + std::to_string(mu) +
+            " but the state was built from a policy without momentum (no buffer); build it "
+            "from a policy with momentum != 0");
+    HONE_REQUIRE(master != nullptr && grad != nullptr,
+                 "hone::sgd::step: master and grad must point to arenas laid out like the state");
     const bool first = args.step == 1;
     for (const auto& grp :
          detail::resolve_groups(layout_, groups, args.lr, policy.weight_decay, "hone::sgd")) {
@@ -200,9 +203,10 @@ class sgd_state {
     return layout;
   }
   void require_momentum() const {
-    require(has_momentum_,
-            "hone::sgd: there is no momentum buffer because the policy has momentum 0; build the "
-            "state from a policy with momentum != 0");
+    HONE_REQUIRE(
+        has_momentum_,
+        "hone::sgd: there is no momentum buffer because the policy has momentum 0; build the "
+        "state from a policy with momentum != 0");
   }
 
   arena_layout layout_;

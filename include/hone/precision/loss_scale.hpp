@@ -55,17 +55,19 @@ inline bool positive_finite(float x) {
 class dynamic_loss_scaler {
  public:
   explicit dynamic_loss_scaler(const dynamic_loss_scale& cfg = {}) : cfg_(cfg) {
-    require(detail::positive_finite(cfg.init_scale),
-            "hone::dynamic_loss_scale: init_scale must be a positive finite number");
-    require(std::isfinite(cfg.growth_factor) && cfg.growth_factor > 1.0f,
-            "hone::dynamic_loss_scale: growth_factor must be greater than 1");
-    require(cfg.backoff_factor > 0.0f && cfg.backoff_factor < 1.0f,
-            "hone::dynamic_loss_scale: backoff_factor must be in (0, 1)");
-    require(cfg.growth_interval >= 1, "hone::dynamic_loss_scale: growth_interval must be >= 1");
-    require(cfg.hysteresis >= 1, "hone::dynamic_loss_scale: hysteresis must be >= 1");
-    require(detail::positive_finite(cfg.min_scale) && detail::positive_finite(cfg.max_scale) &&
-                cfg.min_scale <= cfg.init_scale && cfg.init_scale <= cfg.max_scale,
-            "hone::dynamic_loss_scale: need 0 < min_scale <= init_scale <= max_scale, all finite");
+    HONE_REQUIRE(detail::positive_finite(cfg.init_scale),
+                 "hone::dynamic_loss_scale: init_scale must be a positive finite number");
+    HONE_REQUIRE(std::isfinite(cfg.growth_factor) && cfg.growth_factor > 1.0f,
+                 "hone::dynamic_loss_scale: growth_factor must be greater than 1");
+    HONE_REQUIRE(cfg.backoff_factor > 0.0f && cfg.backoff_factor < 1.0f,
+                 "hone::dynamic_loss_scale: backoff_factor must be in (0, 1)");
+    HONE_REQUIRE(cfg.growth_interval >= 1,
+                 "hone::dynamic_loss_scale: growth_interval must be >= 1");
+    HONE_REQUIRE(cfg.hysteresis >= 1, "hone::dynamic_loss_scale: hysteresis must be >= 1");
+    HONE_REQUIRE(
+        detail::positive_finite(cfg.min_scale) && detail::positive_finite(cfg.max_scale) &&
+            cfg.min_scale <= cfg.init_scale && cfg.init_scale <= cfg.max_scale,
+        "hone::dynamic_loss_scale: need 0 < min_scale <= init_scale <= max_scale, all finite");
     state_.scale = cfg.init_scale;
     state_.hysteresis_tracker = cfg.hysteresis;
   }
@@ -76,15 +78,15 @@ class dynamic_loss_scaler {
 
   /// Restores a saved state; throws config_error when it is not one this scaler could reach.
   void load_state(const loss_scale_state& s) {
-    require(
+    HONE_REQUIRE(
         detail::positive_finite(s.scale) && s.scale >= cfg_.min_scale && s.scale <= cfg_.max_scale,
         "hone::dynamic_loss_scaler::load_state: scale " + std::to_string(s.scale) +
             " is outside [min_scale, max_scale] or not finite; the checkpoint does not match "
             "this scaler's configuration");
-    require(s.growth_tracker >= 0 && s.growth_tracker < cfg_.growth_interval,
-            "hone::dynamic_loss_scaler::load_state: growth_tracker out of range");
-    require(s.hysteresis_tracker >= 1 && s.hysteresis_tracker <= cfg_.hysteresis,
-            "hone::dynamic_loss_scaler::load_state: hysteresis_tracker out of range");
+    HONE_REQUIRE(s.growth_tracker >= 0 && s.growth_tracker < cfg_.growth_interval,
+                 "hone::dynamic_loss_scaler::load_state: growth_tracker out of range");
+    HONE_REQUIRE(s.hysteresis_tracker >= 1 && s.hysteresis_tracker <= cfg_.hysteresis,
+                 "hone::dynamic_loss_scaler::load_state: hysteresis_tracker out of range");
     state_ = s;
   }
 
@@ -126,16 +128,16 @@ class dynamic_loss_scaler {
 class static_loss_scaler {
  public:
   explicit static_loss_scaler(const static_loss_scale& cfg = {}) {
-    require(detail::positive_finite(cfg.scale),
-            "hone::static_loss_scale: scale must be a positive finite number");
+    HONE_REQUIRE(detail::positive_finite(cfg.scale),
+                 "hone::static_loss_scale: scale must be a positive finite number");
     state_.scale = cfg.scale;
   }
   [[nodiscard]] float scale() const noexcept { return state_.scale; }
   [[nodiscard]] const loss_scale_state& state() const noexcept { return state_; }
   void load_state(const loss_scale_state& s) {
-    require(s.scale == state_.scale,
-            "hone::static_loss_scaler::load_state: the checkpoint's scale differs from this "
-            "scaler's constant scale");
+    HONE_REQUIRE(s.scale == state_.scale,
+                 "hone::static_loss_scaler::load_state: the checkpoint's scale differs from this "
+                 "scaler's constant scale");
     state_ = s;
   }
   bool update(bool found_inf) noexcept {

@@ -105,17 +105,17 @@ double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float 
   }
   if (lists.empty()) return 0.0;
   const auto chunks = detail::make_chunks(lists, tuning.grain);
-  return tbb::parallel_deterministic_reduce(
-      tbb::blocked_range<std::size_t>(0, chunks.size(), 1), 0.0,
-      [&](const tbb::blocked_range<std::size_t>& r, double acc) {
-        for (std::size_t c = r.begin(); c != r.end(); ++c) {
+  return detail::parallel_reduce_ranges(
+      chunks.size(), 1, 0.0,
+      [&](std::size_t begin, std::size_t end, double acc) {
+        for (std::size_t c = begin; c != end; ++c) {
           const auto& ch = chunks[c];
           acc += detail::unscale_add_range(factor, lists.template pointer<0>(ch.tensor),
                                            lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
         }
         return acc;
       },
-      plus{}, tbb::simple_partitioner{});
+      plus{});
 }
 
 /// working = W(master): the cast back to the working precision after an update.

@@ -86,9 +86,10 @@ struct policy_lag {
   std::uint64_t max_lag = 100;
 
   void check(const char* who) const {
-    require(pull_every >= 1, std::string(who) +
-                                 ": policy_lag::pull_every (K) must be at least 1 (1: look for "
-                                 "new parameters on every actor step)");
+    HONE_REQUIRE(pull_every >= 1,
+                 std::string(who) +
+                     ": policy_lag::pull_every (K) must be at least 1 (1: look for "
+                     "new parameters on every actor step)");
   }
 };
 
@@ -355,32 +356,25 @@ class actor_pool {
   /// (false: this actor stops). Returns when all are done; rethrows a step's exception.
   template <class Step>
   void run(std::size_t steps, Step&& step) {
-    require(!running(), "hone::actor_pool::run: the pool is running start()ed loops; stop() first");
-    // The atomic hand-off makes the caller's writes before run() visible to the tasks, and the
-    // tasks' writes visible after it, in a way ThreadSanitizer sees (oneTBB's own scheduling
-    // lies in an uninstrumented library).
-    std::atomic<std::size_t> handoff{0};
-    handoff.store(1, std::memory_order_release);
+    HONE_REQUIRE(!running(),
+                 "hone::actor_pool::run: the pool is running start()ed loops; stop() first");
     arena_.execute([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, options_.actors, 1),
                         [&](const tbb::blocked_range<std::size_t>& r) {
-                          (void)handoff.load(std::memory_order_acquire);
                           for (std::size_t a = r.begin(); a != r.end(); ++a) {
                             for (std::size_t s = 0; s < steps; ++s) {
                               if (!call(step, a)) break;
                             }
                           }
-                          handoff.fetch_add(1, std::memory_order_release);
                         });
     });
-    (void)handoff.load(std::memory_order_acquire);
   }
 
   /// Starts the actor loops in the background: step(actor) is called repeatedly for every actor
   /// until stop() or until it returns false. The step object is copied once and shared by all.
   template <class Step>
   void start(Step step) {
-    require(!running(), "hone::actor_pool::start: already running; stop() first");
+    HONE_REQUIRE(!running(), "hone::actor_pool::start: already running; stop() first");
     auto shared = std::make_shared<std::function<bool(std::size_t)>>(
         [s = std::move(step)](std::size_t a) mutable { return call(s, a); });
     {
@@ -426,8 +420,8 @@ class actor_pool {
   }
 
   static actor_options checked(const actor_options& o) {
-    require(o.actors >= 1, "hone::actor_pool: actor_options::actors must be at least 1");
-    require(o.chunk >= 1, "hone::actor_pool: actor_options::chunk must be at least 1");
+    HONE_REQUIRE(o.actors >= 1, "hone::actor_pool: actor_options::actors must be at least 1");
+    HONE_REQUIRE(o.chunk >= 1, "hone::actor_pool: actor_options::chunk must be at least 1");
     return o;
   }
   static int arena_threads(const actor_options& o) {
@@ -437,9 +431,7 @@ class actor_pool {
   }
 
   void enqueue(const std::shared_ptr<std::function<bool(std::size_t)>>& step, std::size_t a) {
-    // The mutex orders the enqueuing thread's writes before the task's (visible to TSan).
     arena_.enqueue([this, step, a] {
-      { std::lock_guard lock(mutex_); }
       bool more = true;
       try {
         for (std::size_t s = 0; s < options_.chunk && more; ++s) {

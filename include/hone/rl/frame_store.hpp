@@ -81,11 +81,11 @@ class frame_store {
  public:
   frame_store(std::size_t capacity, std::size_t frame_bytes, frame_store_options options = {})
       : capacity_(capacity), frame_bytes_(frame_bytes), options_(options), meta_(capacity) {
-    require(capacity >= 2, "hone::frame_store: the capacity must be at least 2 frames");
-    require(frame_bytes > 0, "hone::frame_store: the frame size must be positive");
-    require(options.stack >= 1 && options.stack <= 256,
-            "hone::frame_store: the stack size must be in [1, 256]");
-    require(options.stack < capacity, "hone::frame_store: the capacity must exceed the stack");
+    HONE_REQUIRE(capacity >= 2, "hone::frame_store: the capacity must be at least 2 frames");
+    HONE_REQUIRE(frame_bytes > 0, "hone::frame_store: the frame size must be positive");
+    HONE_REQUIRE(options.stack >= 1 && options.stack <= 256,
+                 "hone::frame_store: the stack size must be in [1, 256]");
+    HONE_REQUIRE(options.stack < capacity, "hone::frame_store: the capacity must exceed the stack");
     if (options_.compress) {
       blobs_.resize(capacity);
       blob_size_.assign(capacity, 0);
@@ -108,8 +108,9 @@ class frame_store {
   /// `next_frame` observed. Returns the id of next_frame.
   std::uint64_t add_step(std::int32_t action, float reward, bool terminal,
                          std::span<const std::uint8_t> next_frame) {
-    require(in_episode_,
-            "hone::frame_store::add_step: call begin_episode first (and after a terminal step)");
+    HONE_REQUIRE(
+        in_episode_,
+        "hone::frame_store::add_step: call begin_episode first (and after a terminal step)");
     const std::uint64_t prev = end_ - 1;
     frame_meta& m = meta_[slot(prev)];
     m.action = action;
@@ -137,7 +138,7 @@ class frame_store {
   /// `rng` is any uniform random bit generator.
   template <class URBG>
   [[nodiscard]] std::uint64_t sample_id(URBG& rng) const {
-    require(transitions_ > 0, "hone::frame_store::sample_id: the store holds no transition");
+    HONE_REQUIRE(transitions_ > 0, "hone::frame_store::sample_id: the store holds no transition");
     std::uniform_int_distribution<std::uint64_t> pick(oldest(), end_ - 1);
     for (int attempt = 0; attempt < 1 << 20; ++attempt) {
       const std::uint64_t id = pick(rng);
@@ -149,13 +150,14 @@ class frame_store {
   /// Writes the k-stack ending at frame `id` into `out` (stack() * frame_bytes() bytes, oldest
   /// frame first), padding before the episode start. `id` must be live with its history.
   void stack(std::uint64_t id, std::span<std::uint8_t> out) const {
-    require(out.size() == options_.stack * frame_bytes_,
-            "hone::frame_store::stack: the output must be stack() * frame_bytes() bytes");
-    require(id >= oldest() && id < end_, "hone::frame_store::stack: frame id is not live");
+    HONE_REQUIRE(out.size() == options_.stack * frame_bytes_,
+                 "hone::frame_store::stack: the output must be stack() * frame_bytes() bytes");
+    HONE_REQUIRE(id >= oldest() && id < end_, "hone::frame_store::stack: frame id is not live");
     const std::size_t k = options_.stack;
     const std::uint64_t age = meta_[slot(id)].age;
     const std::uint64_t first = id - std::min<std::uint64_t>(age, k - 1);
-    require(first >= oldest(), "hone::frame_store::stack: the stack's history was overwritten");
+    HONE_REQUIRE(first >= oldest(),
+                 "hone::frame_store::stack: the stack's history was overwritten");
     for (std::size_t j = 0; j < k; ++j) {
       const std::uint64_t back = k - 1 - j;
       std::uint8_t* dst = out.data() + j * frame_bytes_;
@@ -178,13 +180,13 @@ class frame_store {
               std::span<std::uint8_t> next_obs, std::span<std::int32_t> actions,
               std::span<float> rewards, std::span<std::uint8_t> terminals) const {
     const std::size_t sb = options_.stack * frame_bytes_;
-    require(obs.size() == ids.size() * sb && next_obs.size() == ids.size() * sb &&
-                actions.size() == ids.size() && rewards.size() == ids.size() &&
-                terminals.size() == ids.size(),
-            "hone::frame_store::gather: output sizes do not match the batch");
+    HONE_REQUIRE(obs.size() == ids.size() * sb && next_obs.size() == ids.size() * sb &&
+                     actions.size() == ids.size() && rewards.size() == ids.size() &&
+                     terminals.size() == ids.size(),
+                 "hone::frame_store::gather: output sizes do not match the batch");
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      require(sampleable(ids[i]), "hone::frame_store::gather: id " + std::to_string(ids[i]) +
-                                      " is not a sampleable transition");
+      HONE_REQUIRE(sampleable(ids[i]), "hone::frame_store::gather: id " + std::to_string(ids[i]) +
+                                           " is not a sampleable transition");
       const frame_meta& m = meta_[slot(ids[i])];
       stack(ids[i], obs.subspan(i * sb, sb));
       stack(ids[i] + 1, next_obs.subspan(i * sb, sb));
@@ -244,8 +246,8 @@ class frame_store {
 
   std::uint64_t push_frame(std::span<const std::uint8_t> frame, std::uint8_t flags,
                            std::uint8_t age) {
-    require(frame.size() == frame_bytes_,
-            "hone::frame_store: a frame must be exactly frame_bytes() bytes");
+    HONE_REQUIRE(frame.size() == frame_bytes_,
+                 "hone::frame_store: a frame must be exactly frame_bytes() bytes");
     const std::uint64_t id = end_;
     const std::size_t s = slot(id);
     if (id >= capacity_) {  // overwriting frame id - capacity

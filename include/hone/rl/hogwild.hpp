@@ -94,7 +94,7 @@ inline void hogwild_order(std::vector<std::size_t>& order, std::size_t epoch,
 template <class Step>
 void hogwild_run(std::span<float> params, std::size_t n_samples, Step&& step,
                  const hogwild_options& options = {}) {
-  require(options.grain > 0, "hone::hogwild_run: the grain must be positive");
+  HONE_REQUIRE(options.grain > 0, "hone::hogwild_run: the grain must be positive");
   const hogwild_params view(params);
   std::vector<std::size_t> order(n_samples);
   auto body = [&] {

@@ -121,8 +121,8 @@ class mmap_ring {
   /// temporary name and renamed into place, so a kill during creation leaves no partial file.
   static mmap_ring create(const std::filesystem::path& path, std::size_t record_size,
                           std::size_t capacity, const mmap_ring_options& options = {}) {
-    require(record_size > 0, "hone::mmap_ring: the record size must be positive");
-    require(capacity > 0, "hone::mmap_ring: the capacity must be positive");
+    HONE_REQUIRE(record_size > 0, "hone::mmap_ring: the record size must be positive");
+    HONE_REQUIRE(capacity > 0, "hone::mmap_ring: the capacity must be positive");
     const std::uint64_t bytes = file_bytes_for(path, record_size, capacity);
     if (std::filesystem::exists(path)) io::throw_io_error("create", path, EEXIST);
     std::filesystem::path tmp = path;
@@ -282,8 +282,8 @@ class mmap_ring {
   /// Appends one record (record_size() bytes) and returns its sequence number. Overwrites the
   /// oldest record once the ring is full.
   std::uint64_t push(std::span<const std::byte> record) {
-    require(record.size() == record_size_,
-            "hone::mmap_ring::push: the record must be exactly record_size() bytes");
+    HONE_REQUIRE(record.size() == record_size_,
+                 "hone::mmap_ring::push: the record must be exactly record_size() bytes");
     return emplace(
         [&](std::span<std::byte> slot) { std::memcpy(slot.data(), record.data(), record_size_); });
   }
@@ -335,7 +335,8 @@ class mmap_ring {
   template <class T>
   requires std::is_trivially_copyable_v<T>
   [[nodiscard]] T value_at(std::size_t i) const {
-    require(sizeof(T) == record_size_, "hone::mmap_ring::value_at: sizeof(T) != record_size()");
+    HONE_REQUIRE(sizeof(T) == record_size_,
+                 "hone::mmap_ring::value_at: sizeof(T) != record_size()");
     T out;
     std::memcpy(&out, slot_ptr(oldest() + i), sizeof(T));
     return out;

@@ -172,10 +172,10 @@ class mmap_records {
 
  private:
   static mmap_ring open_ring(std::size_t capacity, const mmap_storage& policy) {
-    require(!policy.path.empty(),
-            "hone::mmap_storage: the path of the ring file is empty; pass "
-            "hone::mmap_storage{.path = \"replay.ring\"}");
-    require(capacity > 0, "hone::mmap_storage: the capacity must be positive");
+    HONE_REQUIRE(!policy.path.empty(),
+                 "hone::mmap_storage: the path of the ring file is empty; pass "
+                 "hone::mmap_storage{.path = \"replay.ring\"}");
+    HONE_REQUIRE(capacity > 0, "hone::mmap_storage: the capacity must be positive");
     const std::uint64_t signature = transition_signature<Transition>();
     if (std::filesystem::exists(policy.path)) {
       mmap_ring r = mmap_ring::open(policy.path, policy.options, record_bytes, capacity);

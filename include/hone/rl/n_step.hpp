@@ -115,7 +115,7 @@ class n_step_window {
 
   explicit n_step_window(const Policy& policy = {}) : gamma_(policy.gamma) {
     static_assert(check_fields());
-    require(gamma_ >= 0.0 && gamma_ <= 1.0, "hone::n_step: gamma must be in [0, 1]");
+    HONE_REQUIRE(gamma_ >= 0.0 && gamma_ <= 1.0, "hone::n_step: gamma must be in [0, 1]");
   }
 
   /// Adds one environment step; emit(record) is called for each item that is complete (one per

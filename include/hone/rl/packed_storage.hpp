@@ -75,12 +75,12 @@ class packed_records {
       Transition::template field_at<Transition::field_count - 1>::bytes;
 
   explicit packed_records(std::size_t capacity) : capacity_(capacity) {
-    require(capacity > 0, "hone::packed_storage: the capacity must be positive");
-    require(capacity <= std::numeric_limits<std::size_t>::max() / stride,
-            "hone::packed_storage: a capacity of " + std::to_string(capacity) + " records of " +
-                std::to_string(stride) +
-                " bytes overflows the addressable size; the capacity is probably a negative "
-                "number converted to size_t");
+    HONE_REQUIRE(capacity > 0, "hone::packed_storage: the capacity must be positive");
+    HONE_REQUIRE(capacity <= std::numeric_limits<std::size_t>::max() / stride,
+                 "hone::packed_storage: a capacity of " + std::to_string(capacity) +
+                     " records of " + std::to_string(stride) +
+                     " bytes overflows the addressable size; the capacity is probably a negative "
+                     "number converted to size_t");
     records_ = buffer<std::byte>(capacity * stride);
     detail::advise_huge_pages(records_.data(), records_.size_bytes());  // random records
     std::memset(records_.data(), 0, records_.size_bytes());             // first touch

@@ -64,18 +64,20 @@ class prioritized_sampler {
  public:
   static constexpr bool is_prioritized = true;
   using config_type = hone::prioritized<Arity>;
+  /// Walks descended together before on_slots sees their slots.
+  static constexpr std::size_t pipeline_chunk = 64;
 
   prioritized_sampler(std::size_t capacity, const config_type& config)
       : config_(config),
         tree_(capacity),
         max_priority_(static_cast<float>(config.initial_priority)) {
-    require(config.alpha >= 0.0 && std::isfinite(config.alpha),
-            "hone::prioritized: alpha must be finite and >= 0 (0.6 is the PER default)");
-    require(config.beta >= 0.0 && config.beta_final >= 0.0,
-            "hone::prioritized: beta and beta_final must be >= 0 (PER: 0.4 annealed to 1)");
-    require(config.epsilon >= 0.0, "hone::prioritized: epsilon must be >= 0");
-    require(config.initial_priority > 0.0 && std::isfinite(config.initial_priority),
-            "hone::prioritized: initial_priority must be positive and finite");
+    HONE_REQUIRE(config.alpha >= 0.0 && std::isfinite(config.alpha),
+                 "hone::prioritized: alpha must be finite and >= 0 (0.6 is the PER default)");
+    HONE_REQUIRE(config.beta >= 0.0 && config.beta_final >= 0.0,
+                 "hone::prioritized: beta and beta_final must be >= 0 (PER: 0.4 annealed to 1)");
+    HONE_REQUIRE(config.epsilon >= 0.0, "hone::prioritized: epsilon must be >= 0");
+    HONE_REQUIRE(config.initial_priority > 0.0 && std::isfinite(config.initial_priority),
+                 "hone::prioritized: initial_priority must be positive and finite");
   }
 
   /// New items in slots [first, first + n) (no wrap) enter at the running maximum priority.
@@ -119,9 +121,12 @@ class prioritized_sampler {
       for (std::size_t k = 0; k < m; ++k) {
         targets[k] = detail::stratified_target(begin + k, rng.uniform(), total, n);
       }
-      tree_.find_batch(std::span<const double>(targets, m), slots.subspan(begin, m));
+      for (std::size_t b = 0; b < m; b += pipeline_chunk) {
+        const std::size_t c = std::min(pipeline_chunk, m - b);
+        tree_.find_batch(std::span<const double>(targets + b, c), slots.subspan(begin + b, c));
+        on_slots(std::span<const std::size_t>(slots.subspan(begin + b, c)));
+      }
     }
-    on_slots(std::span<const std::size_t>(slots));  // e.g. prefetch the rows to gather
     compute_weights(slots, weights, beta());
     ++steps_;
   }

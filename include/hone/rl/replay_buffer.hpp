@@ -259,9 +259,9 @@ class replay_buffer {
   /// NaN or infinite value or mismatched lengths.
   std::size_t update_priorities(std::span<const std::uint64_t> keys,
                                 std::span<const float> priorities) requires is_prioritized {
-    require(keys.size() == priorities.size(),
-            "hone::replay_buffer::update_priorities: " + std::to_string(keys.size()) +
-                " keys but " + std::to_string(priorities.size()) + " priorities");
+    HONE_REQUIRE(keys.size() == priorities.size(),
+                 "hone::replay_buffer::update_priorities: " + std::to_string(keys.size()) +
+                     " keys but " + std::to_string(priorities.size()) + " priorities");
     for (std::size_t k = 0; k < priorities.size(); ++k) {
       if (!(priorities[k] >= 0.0f) || !std::isfinite(priorities[k])) {
         throw config_error("hone::replay_buffer::update_priorities: priority " + std::to_string(k) +
@@ -374,9 +374,9 @@ class replay_buffer {
     head_ = static_cast<std::size_t>(written_ % capacity_);
     rng_.set_state(s.rng);
     if constexpr (is_prioritized) {
-      require(priorities.size() == capacity_,
-              "hone::replay_buffer::restore: a prioritized buffer needs its " +
-                  std::to_string(capacity_) + " priorities");
+      HONE_REQUIRE(priorities.size() == capacity_,
+                   "hone::replay_buffer::restore: a prioritized buffer needs its " +
+                       std::to_string(capacity_) + " priorities");
       sampler_.restore(priorities, s.max_priority, s.sample_calls);
     }
     if constexpr (concurrent) {
@@ -415,8 +415,8 @@ class replay_buffer {
   void reopen() {
     const std::uint64_t begin = storage_.live_begin();
     const std::uint64_t end = storage_.live_end();
-    require(begin <= end && end - begin <= capacity_,
-            "hone::replay_buffer: the storage's live range is inconsistent");
+    HONE_REQUIRE(begin <= end && end - begin <= capacity_,
+                 "hone::replay_buffer: the storage's live range is inconsistent");
     written_ = end;
     head_ = static_cast<std::size_t>(end % capacity_);
     live_begin_ = begin;

@@ -231,7 +231,7 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
                 "hone::save_replay_buffer: this buffer's storage is hone::mmap_storage, which "
                 "lives in its own file; call buffer.commit() to make it durable instead.");
   using Transition = typename Buffer::transition_type;
-  require(!dir.empty(), "hone::save_replay_buffer: the directory path is empty");
+  HONE_REQUIRE(!dir.empty(), "hone::save_replay_buffer: the directory path is empty");
   if (buffer.pending() > 0) {
     throw config_error("hone::save_replay_buffer: the buffer's n-step window holds " +
                        std::to_string(buffer.pending()) +
@@ -261,15 +261,16 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
     checkpoint::tensor_writer columns;
     std::size_t index = 0;
     buffer.for_each_column([&](std::string_view name, std::span<std::byte> bytes) {
-      require(index < fields.size() && name == fields[index].name,
-              "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
+      HONE_REQUIRE(
+          index < fields.size() && name == fields[index].name,
+          "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
       const replay_field_desc& f = fields[index++];
       checkpoint::shape_type shape{capacity};
       shape.insert(shape.end(), f.shape.begin(), f.shape.end());
       columns.add(f.name, f.type, std::move(shape), bytes);
     });
-    require(index == fields.size(),
-            "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
+    HONE_REQUIRE(index == fields.size(),
+                 "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
     pending.add(std::string(replay_files::columns),
                 checkpoint::write_tensors(columns, pending.file(replay_files::columns)));
 

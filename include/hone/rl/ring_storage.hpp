@@ -44,7 +44,7 @@ class ring_columns {
   using batch_type = replay_batch<Transition>;
 
   explicit ring_columns(std::size_t capacity) : capacity_(capacity) {
-    require(capacity > 0, "hone::ring_storage: the capacity must be positive");
+    HONE_REQUIRE(capacity > 0, "hone::ring_storage: the capacity must be positive");
     Transition::for_each_field([&](auto i) {
       using F = typename Transition::template field_at<i>;
       auto& col = std::get<i>(columns_);

@@ -60,8 +60,8 @@ class state_cache {
  public:
   explicit state_cache(state_cache_limits limits = {}, SizeOf size_of = {})
       : limits_(limits), size_of_(std::move(size_of)) {
-    require(limits.max_entries > 0 || limits.max_bytes > 0,
-            "hone::state_cache: give max_entries or max_bytes");
+    HONE_REQUIRE(limits.max_entries > 0 || limits.max_bytes > 0,
+                 "hone::state_cache: give max_entries or max_bytes");
   }
 
   /// The cached value of `key`, computing f(key) on a miss.
@@ -163,7 +163,7 @@ class concurrent_state_cache {
   explicit concurrent_state_cache(state_cache_limits limits = {}, std::size_t shards = 16,
                                   SizeOf size_of = {}, Hash hash = {})
       : hash_(std::move(hash)) {
-    require(shards > 0, "hone::concurrent_state_cache: at least one shard");
+    HONE_REQUIRE(shards > 0, "hone::concurrent_state_cache: at least one shard");
     state_cache_limits per{
         limits.max_entries == 0 ? 0 : std::max<std::size_t>(1, limits.max_entries / shards),
         limits.max_bytes == 0 ? 0 : std::max<std::size_t>(1, limits.max_bytes / shards)};

@@ -104,7 +104,7 @@ struct sum_tree_layout {
   std::size_t entries = 0;                       // all levels together
 
   static sum_tree_layout make(std::size_t arity, std::size_t capacity) {
-    require(capacity > 0, "hone::sum_tree: the capacity must be positive");
+    HONE_REQUIRE(capacity > 0, "hone::sum_tree: the capacity must be positive");
     sum_tree_layout l;
     l.arity = arity;
     l.capacity = capacity;
@@ -114,7 +114,8 @@ struct sum_tree_layout {
     std::size_t d = 0;
     std::size_t below = l.leaves;
     do {
-      require(d < sum_tree_max_levels, "hone::sum_tree: capacity too large for the tree depth");
+      HONE_REQUIRE(d < sum_tree_max_levels,
+                   "hone::sum_tree: capacity too large for the tree depth");
       sizes[d++] = up(below / arity);
       below = sizes[d - 1];
     } while (below > arity);
@@ -492,9 +493,9 @@ class sum_tree {
   /// Replaces every leaf (values.size() == capacity()) and rebuilds all sums in O(N): restoring a
   /// saved buffer.
   void assign(std::span<const float> values) {
-    require(values.size() == layout_.capacity,
-            "hone::sum_tree::assign: expected " + std::to_string(layout_.capacity) +
-                " priorities, got " + std::to_string(values.size()));
+    HONE_REQUIRE(values.size() == layout_.capacity,
+                 "hone::sum_tree::assign: expected " + std::to_string(layout_.capacity) +
+                     " priorities, got " + std::to_string(values.size()));
     std::copy(values.begin(), values.end(), leaves_.data());
     std::fill(leaves_.data() + layout_.capacity, leaves_.data() + layout_.leaves, 0.0f);
     rebuild();

@@ -37,7 +37,8 @@ class uniform_sampler {
   template <class Accept, class OnSlots = detail::ignore_slots>
   void sample(std::size_t size, replay_rng& rng, std::span<std::size_t> slots,
               std::span<float> weights, const Accept& accept, const OnSlots& on_slots = {}) {
-    require(size > 0, "hone::replay_buffer::sample: the buffer is empty; add transitions first");
+    HONE_REQUIRE(size > 0,
+                 "hone::replay_buffer::sample: the buffer is empty; add transitions first");
     for (std::size_t i = 0; i < slots.size(); ++i) {
       std::size_t s = rng.below(size);
       while (!accept(s)) s = rng.below(size);

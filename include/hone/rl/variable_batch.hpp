@@ -43,8 +43,8 @@ struct noise_moments {
                                                                   std::size_t b_small,
                                                                   double big_sq_norm,
                                                                   std::size_t b_big) {
-  require(b_small > 0 && b_big > b_small,
-          "hone::noise_moments_from_two_batches: needs 0 < b_small < b_big");
+  HONE_REQUIRE(b_small > 0 && b_big > b_small,
+               "hone::noise_moments_from_two_batches: needs 0 < b_small < b_big");
   const double bs = static_cast<double>(b_small);
   const double bb = static_cast<double>(b_big);
   return {(small_sq_norm - big_sq_norm) / (1.0 / bs - 1.0 / bb),
@@ -54,8 +54,8 @@ struct noise_moments {
 /// The estimate from per-sample gradients: `grads` holds `batch` rows of `dim` floats.
 [[nodiscard]] inline noise_moments noise_moments_from_samples(std::span<const float> grads,
                                                               std::size_t batch) {
-  require(batch >= 2 && grads.size() % batch == 0,
-          "hone::noise_moments_from_samples: needs >= 2 rows of equal length");
+  HONE_REQUIRE(batch >= 2 && grads.size() % batch == 0,
+               "hone::noise_moments_from_samples: needs >= 2 rows of equal length");
   const std::size_t dim = grads.size() / batch;
   double trace = 0.0;
   double mean_sq = 0.0;
@@ -94,11 +94,12 @@ class variable_batch_policy {
  public:
   explicit variable_batch_policy(variable_batch_options options = {})
       : o_(options), batch_(options.min_batch) {
-    require(o_.min_batch > 0 && o_.min_batch <= o_.max_batch,
-            "hone::variable_batch_policy: needs 0 < min_batch <= max_batch");
-    require(o_.beta >= 0.0 && o_.beta < 1.0, "hone::variable_batch_policy: beta must be in [0, 1)");
-    require(o_.multiple_of > 0 && o_.scale > 0.0 && o_.max_growth >= 1.0,
-            "hone::variable_batch_policy: multiple_of > 0, scale > 0 and max_growth >= 1");
+    HONE_REQUIRE(o_.min_batch > 0 && o_.min_batch <= o_.max_batch,
+                 "hone::variable_batch_policy: needs 0 < min_batch <= max_batch");
+    HONE_REQUIRE(o_.beta >= 0.0 && o_.beta < 1.0,
+                 "hone::variable_batch_policy: beta must be in [0, 1)");
+    HONE_REQUIRE(o_.multiple_of > 0 && o_.scale > 0.0 && o_.max_growth >= 1.0,
+                 "hone::variable_batch_policy: multiple_of > 0, scale > 0 and max_growth >= 1");
     batch_ = round_up(o_.min_batch);
   }
 

@@ -38,31 +38,40 @@ inline std::string schedule_number(double v) {
   return std::string(text, result.ptr);
 }
 
-/// Throws config_error("hone::<schedule>: <sentence>") unless `condition` holds.
-inline void schedule_require(bool condition, std::string_view schedule, std::string_view sentence) {
-  if (!condition) {
-    std::string message = "hone::";
-    message.append(schedule).append(": ").append(sentence);
-    throw config_error(message);
-  }
+/// Throws config_error("hone::<schedule>: <sentence>"): the failure side of
+/// HONE_DETAIL_SCHEDULE_REQUIRE, out of line and cold (see HONE_REQUIRE).
+[[noreturn, gnu::cold, gnu::noinline]] inline void schedule_failure(std::string_view schedule,
+                                                                    const std::string& sentence) {
+  std::string message = "hone::";
+  message.append(schedule).append(": ").append(sentence);
+  throw config_error(message);
 }
+
+/// Throws config_error("hone::<schedule>: <sentence>") unless `condition` holds; the sentence
+/// (anything a std::string can be made from) is built only then.
+#define HONE_DETAIL_SCHEDULE_REQUIRE(condition, schedule, ...)              \
+  do {                                                                      \
+    if (!(condition)) [[unlikely]]                                          \
+      ::hone::detail::schedule_failure(schedule, std::string(__VA_ARGS__)); \
+  } while (false)
 
 /// A peak learning rate must be positive and finite; 0 is rejected because it is what a field
 /// left out of a designated initializer holds.
 inline void schedule_require_peak_lr(double value, std::string_view schedule,
                                      std::string_view field) {
-  schedule_require(std::isfinite(value) && value > 0.0, schedule,
-                   std::string(field) + " must be a positive finite learning rate, got " +
-                       schedule_number(value) + (value == 0.0 ? " (was it left unset?)." : "."));
+  HONE_DETAIL_SCHEDULE_REQUIRE(
+      std::isfinite(value) && value > 0.0, schedule,
+      std::string(field) + " must be a positive finite learning rate, got " +
+          schedule_number(value) + (value == 0.0 ? " (was it left unset?)." : "."));
 }
 
 /// A floor learning rate must lie in [0, peak].
 inline void schedule_require_floor_lr(double value, double peak, std::string_view schedule,
                                       std::string_view field, std::string_view peak_field) {
-  schedule_require(std::isfinite(value) && value >= 0.0 && value <= peak, schedule,
-                   std::string(field) + " must be a finite learning rate in [0, " +
-                       std::string(peak_field) + "] = [0, " + schedule_number(peak) + "], got " +
-                       schedule_number(value) + ".");
+  HONE_DETAIL_SCHEDULE_REQUIRE(std::isfinite(value) && value >= 0.0 && value <= peak, schedule,
+                               std::string(field) + " must be a finite learning rate in [0, " +
+                                   std::string(peak_field) + "] = [0, " + schedule_number(peak) +
+                                   "], got " + schedule_number(value) + ".");
 }
 
 }  // namespace detail

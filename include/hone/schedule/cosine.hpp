@@ -57,13 +57,14 @@ struct cosine_with_warmup {
   void validate() const {
     detail::schedule_require_peak_lr(base_lr, "cosine_with_warmup", "base_lr");
     detail::schedule_require_floor_lr(min_lr, base_lr, "cosine_with_warmup", "min_lr", "base_lr");
-    detail::schedule_require(total_steps > 0, "cosine_with_warmup",
-                             "total_steps must be positive (the update at which the decay reaches "
-                             "min_lr), got 0 (was it left unset?).");
-    detail::schedule_require(warmup_steps <= total_steps, "cosine_with_warmup",
-                             "warmup_steps (" + std::to_string(warmup_steps) +
-                                 ") must not exceed total_steps (" + std::to_string(total_steps) +
-                                 "): the warmup is part of the total.");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        total_steps > 0, "cosine_with_warmup",
+        "total_steps must be positive (the update at which the decay reaches "
+        "min_lr), got 0 (was it left unset?).");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        warmup_steps <= total_steps, "cosine_with_warmup",
+        "warmup_steps (" + std::to_string(warmup_steps) + ") must not exceed total_steps (" +
+            std::to_string(total_steps) + "): the warmup is part of the total.");
   }
 };
 

@@ -41,7 +41,7 @@ struct linear_warmup {
   /// outside (0, 1].
   void validate() const {
     detail::schedule_require_peak_lr(base_lr, "linear_warmup", "base_lr");
-    detail::schedule_require(
+    HONE_DETAIL_SCHEDULE_REQUIRE(
         std::isfinite(start_factor) && start_factor > 0.0 && start_factor <= 1.0, "linear_warmup",
         "start_factor must be in (0, 1] (the first update uses start_factor * base_lr), got " +
             detail::schedule_number(start_factor) + ".");

@@ -93,37 +93,39 @@ struct one_cycle {
   void validate() const {
     constexpr const char* name = "one_cycle";
     detail::schedule_require_peak_lr(max_lr, name, "max_lr");
-    detail::schedule_require(total_steps > 0, name,
-                             "total_steps must be positive (the number of updates in the cycle), "
-                             "got 0 (was it left unset?).");
-    detail::schedule_require(
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        total_steps > 0, name,
+        "total_steps must be positive (the number of updates in the cycle), "
+        "got 0 (was it left unset?).");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
         std::isfinite(pct_start) && pct_start > 0.0 && pct_start < 1.0, name,
         "pct_start must be in (0, 1) (the fraction of the cycle spent raising the learning "
         "rate; PyTorch's default is 0.3), got " +
             detail::schedule_number(pct_start) + ".");
-    detail::schedule_require(!three_phase || pct_start <= 0.5, name,
-                             "with three_phase, pct_start must be at most 0.5 (the first two "
-                             "phases take 2 * pct_start of the cycle), got " +
-                                 detail::schedule_number(pct_start) + ".");
-    detail::schedule_require(
+    HONE_DETAIL_SCHEDULE_REQUIRE(!three_phase || pct_start <= 0.5, name,
+                                 "with three_phase, pct_start must be at most 0.5 (the first two "
+                                 "phases take 2 * pct_start of the cycle), got " +
+                                     detail::schedule_number(pct_start) + ".");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
         pct_start * static_cast<double>(total_steps) != 1.0, name,
         "pct_start * total_steps = 1 makes the first phase zero steps long (its end step is "
         "pct_start * total_steps - 1 = 0, where PyTorch divides by zero); change pct_start or "
         "total_steps.");
-    detail::schedule_require(std::isfinite(div_factor) && div_factor > 0.0, name,
-                             "div_factor must be positive and finite (initial_lr = max_lr / "
-                             "div_factor), got " +
-                                 detail::schedule_number(div_factor) + ".");
-    detail::schedule_require(std::isfinite(final_div_factor) && final_div_factor > 0.0, name,
-                             "final_div_factor must be positive and finite (min_lr = initial_lr / "
-                             "final_div_factor), got " +
-                                 detail::schedule_number(final_div_factor) + ".");
+    HONE_DETAIL_SCHEDULE_REQUIRE(std::isfinite(div_factor) && div_factor > 0.0, name,
+                                 "div_factor must be positive and finite (initial_lr = max_lr / "
+                                 "div_factor), got " +
+                                     detail::schedule_number(div_factor) + ".");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        std::isfinite(final_div_factor) && final_div_factor > 0.0, name,
+        "final_div_factor must be positive and finite (min_lr = initial_lr / "
+        "final_div_factor), got " +
+            detail::schedule_number(final_div_factor) + ".");
     if (cycle_momentum) {
-      detail::schedule_require(
+      HONE_DETAIL_SCHEDULE_REQUIRE(
           std::isfinite(base_momentum) && base_momentum >= 0.0 && base_momentum <= 1.0, name,
           "base_momentum must be in [0, 1], got " + detail::schedule_number(base_momentum) +
               " (set cycle_momentum = false to leave momentum alone).");
-      detail::schedule_require(
+      HONE_DETAIL_SCHEDULE_REQUIRE(
           std::isfinite(max_momentum) && max_momentum >= 0.0 && max_momentum <= 1.0, name,
           "max_momentum must be in [0, 1], got " + detail::schedule_number(max_momentum) +
               " (set cycle_momentum = false to leave momentum alone).");

@@ -90,15 +90,16 @@ struct wsd {
   void validate() const {
     detail::schedule_require_peak_lr(base_lr, "wsd", "base_lr");
     detail::schedule_require_floor_lr(min_lr, base_lr, "wsd", "min_lr", "base_lr");
-    detail::schedule_require(decay_steps > 0, "wsd",
-                             "decay_steps must be positive, got 0: without a decay phase the "
-                             "learning rate would drop from base_lr to min_lr in one update. For "
-                             "warmup then constant, use hone::linear_warmup.");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        decay_steps > 0, "wsd",
+        "decay_steps must be positive, got 0: without a decay phase the "
+        "learning rate would drop from base_lr to min_lr in one update. For "
+        "warmup then constant, use hone::linear_warmup.");
     constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-    detail::schedule_require(
+    HONE_DETAIL_SCHEDULE_REQUIRE(
         stable_steps <= max - decay_steps && warmup_steps <= max - decay_steps - stable_steps,
         "wsd", "warmup_steps + stable_steps + decay_steps does not fit in 64 bits.");
-    detail::schedule_require(
+    HONE_DETAIL_SCHEDULE_REQUIRE(
         decay == shape::linear || decay == shape::cosine || decay == shape::one_minus_sqrt, "wsd",
         "decay must be shape::linear, shape::cosine or "
         "shape::one_minus_sqrt, got the value " +

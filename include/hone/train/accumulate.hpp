@@ -49,10 +49,10 @@ struct none {
   using role = roles::accumulation;
   template <class Batch>
   std::vector<float> weights(std::span<const Batch> micro) const {
-    require(micro.size() == 1,
-            "hone::accumulate::none: a step takes exactly one micro-batch, got " +
-                std::to_string(micro.size()) +
-                "; use hone::accumulate::steps<N> or by_count to accumulate");
+    HONE_REQUIRE(micro.size() == 1,
+                 "hone::accumulate::none: a step takes exactly one micro-batch, got " +
+                     std::to_string(micro.size()) +
+                     "; use hone::accumulate::steps<N> or by_count to accumulate");
     return {1.0f};
   }
 };
@@ -64,9 +64,9 @@ struct steps {
   static constexpr std::size_t micro_batches = N;
   template <class Batch>
   std::vector<float> weights(std::span<const Batch> micro) const {
-    require(micro.size() == N, "hone::accumulate::steps<" + std::to_string(N) +
-                                   ">: a step takes exactly " + std::to_string(N) +
-                                   " micro-batches, got " + std::to_string(micro.size()));
+    HONE_REQUIRE(micro.size() == N, "hone::accumulate::steps<" + std::to_string(N) +
+                                        ">: a step takes exactly " + std::to_string(N) +
+                                        " micro-batches, got " + std::to_string(micro.size()));
     return std::vector<float>(N, 1.0f / static_cast<float>(N));
   }
 };
@@ -79,13 +79,14 @@ struct by_count {
                   "hone::accumulate::by_count weights micro-batches by their size: give the batch "
                   "type a count() (or size()) member returning its number of samples or tokens, "
                   "or specialize hone::batch_traits<YourBatch>::count.");
-    require(!micro.empty(), "hone::accumulate::by_count: a step needs at least one micro-batch");
+    HONE_REQUIRE(!micro.empty(),
+                 "hone::accumulate::by_count: a step needs at least one micro-batch");
     double total = 0;
     std::vector<float> w(micro.size());
     for (const auto& b : micro) total += static_cast<double>(batch_traits<Batch>::count(b));
-    require(total > 0,
-            "hone::accumulate::by_count: the micro-batches hold no samples (total "
-            "count 0); skip empty batches before calling step");
+    HONE_REQUIRE(total > 0,
+                 "hone::accumulate::by_count: the micro-batches hold no samples (total "
+                 "count 0); skip empty batches before calling step");
     for (std::size_t i = 0; i < micro.size(); ++i) {
       w[i] = static_cast<float>(static_cast<double>(batch_traits<Batch>::count(micro[i])) / total);
     }

@@ -127,10 +127,10 @@ class best_weights_keeper {
   /// Copies the last snapshot back into the tracked arrays. Throws hone::config_error when there
   /// is none (no snapshot() yet, or track() was called after it).
   void restore() const {
-    require(has_snapshot_,
-            "hone::best_weights_keeper::restore: there is no snapshot to restore. Call "
-            "snapshot() (or early_stopping::update(metric, step, keeper), which snapshots on "
-            "each new best) after the last track().");
+    HONE_REQUIRE(has_snapshot_,
+                 "hone::best_weights_keeper::restore: there is no snapshot to restore. Call "
+                 "snapshot() (or early_stopping::update(metric, step, keeper), which snapshots on "
+                 "each new best) after the last track().");
     std::size_t offset = 0;
     for (const auto& a : arrays_) {
       std::memcpy(a.data, storage_.data() + offset, a.bytes);
@@ -149,10 +149,10 @@ class best_weights_keeper {
   /// snapshot, without touching the tracked arrays; restore() then copies it back. Throws
   /// hone::config_error when the size differs from bytes().
   void restore_snapshot(std::span<const std::byte> bytes) {
-    require(bytes.size() == bytes_,
-            "hone::best_weights_keeper::restore_snapshot: the saved snapshot has " +
-                std::to_string(bytes.size()) + " bytes, the tracked arrays " +
-                std::to_string(bytes_) + "; track the same arrays as the run that saved it.");
+    HONE_REQUIRE(bytes.size() == bytes_,
+                 "hone::best_weights_keeper::restore_snapshot: the saved snapshot has " +
+                     std::to_string(bytes.size()) + " bytes, the tracked arrays " +
+                     std::to_string(bytes_) + "; track the same arrays as the run that saved it.");
     storage_.assign(bytes.begin(), bytes.end());
     has_snapshot_ = true;
   }
@@ -259,14 +259,15 @@ class early_stopping {
  public:
   /// Throws hone::config_error for a negative or non-finite min_delta or a non-finite threshold.
   explicit early_stopping(early_stopping_options options = {}) : options_(options) {
-    require(std::isfinite(options_.min_delta) && options_.min_delta >= 0.0,
-            "hone::early_stopping: min_delta must be a finite number >= 0 (how much better than "
-            "the best value a metric must be to count as an improvement), got " +
-                detail::early_stopping_number(options_.min_delta) + ".");
-    require(!options_.stopping_threshold || std::isfinite(*options_.stopping_threshold),
-            "hone::early_stopping: stopping_threshold must be finite (or unset).");
-    require(!options_.divergence_threshold || std::isfinite(*options_.divergence_threshold),
-            "hone::early_stopping: divergence_threshold must be finite (or unset).");
+    HONE_REQUIRE(
+        std::isfinite(options_.min_delta) && options_.min_delta >= 0.0,
+        "hone::early_stopping: min_delta must be a finite number >= 0 (how much better than "
+        "the best value a metric must be to count as an improvement), got " +
+            detail::early_stopping_number(options_.min_delta) + ".");
+    HONE_REQUIRE(!options_.stopping_threshold || std::isfinite(*options_.stopping_threshold),
+                 "hone::early_stopping: stopping_threshold must be finite (or unset).");
+    HONE_REQUIRE(!options_.divergence_threshold || std::isfinite(*options_.divergence_threshold),
+                 "hone::early_stopping: divergence_threshold must be finite (or unset).");
     reset();
   }
 
@@ -377,15 +378,16 @@ class early_stopping {
   /// state is inconsistent (a stop reason without a stop step or the reverse, a best step with an
   /// infinite best, more waits than checks).
   void restore(const early_stopping_state& s) {
-    require((s.reason == stop_reason::none) == !s.stop_step.has_value(),
-            "hone::early_stopping::restore: the state has a stop reason without a stop step, or "
-            "a stop step without a reason; it was not produced by state().");
-    require(s.wait_count <= s.checks && s.stop_wait <= s.checks,
-            "hone::early_stopping::restore: the state counts more checks without improvement "
-            "than checks; it was not produced by state().");
-    require(!s.best_step || !std::isinf(s.best) || !options_.check_finite,
-            "hone::early_stopping::restore: the state has a best step but an infinite best "
-            "value; it was not produced by state() with these options.");
+    HONE_REQUIRE(
+        (s.reason == stop_reason::none) == !s.stop_step.has_value(),
+        "hone::early_stopping::restore: the state has a stop reason without a stop step, or "
+        "a stop step without a reason; it was not produced by state().");
+    HONE_REQUIRE(s.wait_count <= s.checks && s.stop_wait <= s.checks,
+                 "hone::early_stopping::restore: the state counts more checks without improvement "
+                 "than checks; it was not produced by state().");
+    HONE_REQUIRE(!s.best_step || !std::isinf(s.best) || !options_.check_finite,
+                 "hone::early_stopping::restore: the state has a best step but an infinite best "
+                 "value; it was not produced by state() with these options.");
     best_ = s.best;
     best_step_ = s.best_step;
     stop_step_ = s.stop_step;
@@ -483,11 +485,12 @@ class early_stopping_engine {
     if constexpr (std::is_same_v<decltype(t.master_weights()), std::span<float>>) {
       keeper_.track(t.master_weights());
     } else {
-      require(false,
-              "hone::early_stopping_policy: keep_best_weights needs the trainer's master weights "
-              "in host memory, but this trainer keeps them on the CUDA device. Set "
-              "keep_best_weights = false, or add the offload role "
-              "(hone::offload::optimizer_to_host), which keeps them on the host.");
+      HONE_REQUIRE(
+          false,
+          "hone::early_stopping_policy: keep_best_weights needs the trainer's master weights "
+          "in host memory, but this trainer keeps them on the CUDA device. Set "
+          "keep_best_weights = false, or add the offload role "
+          "(hone::offload::optimizer_to_host), which keeps them on the host.");
     }
   }
 
@@ -505,12 +508,13 @@ class early_stopping_engine {
   /// model. Throws hone::config_error when the weights are not kept, or there is no best yet.
   template <class Trainer>
   void restore_best(Trainer& t) {
-    require(keep_,
-            "hone::trainer::restore_best_weights: the early-stopping policy does not keep the "
-            "best weights; set keep_best_weights = true in hone::early_stopping_policy.");
-    require(keeper_.has_snapshot(),
-            "hone::trainer::restore_best_weights: there are no best weights yet; no "
-            "observe_metric() has been an improvement since the trainer was built or restored.");
+    HONE_REQUIRE(keep_,
+                 "hone::trainer::restore_best_weights: the early-stopping policy does not keep the "
+                 "best weights; set keep_best_weights = true in hone::early_stopping_policy.");
+    HONE_REQUIRE(
+        keeper_.has_snapshot(),
+        "hone::trainer::restore_best_weights: there are no best weights yet; no "
+        "observe_metric() has been an improvement since the trainer was built or restored.");
     (void)t.master_weights();  // waits for a pending delayed (offloaded) update
     keeper_.restore();
     t.publish_weights();

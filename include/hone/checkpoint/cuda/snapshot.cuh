@@ -101,18 +101,18 @@ class device_snapshot {
                  shape_type shape, const void* device_data, std::size_t bytes,
                  std::size_t allocation_tag = 0) {
     detail::check_tensor_file_name(file);
-    require(source == stored || io::can_convert(source, stored),
-            "hone::checkpoint::device_snapshot: cannot store " +
-                std::string(io::dtype_name(source)) + " as " + std::string(io::dtype_name(stored)) +
-                " (tensor '" + name + "')");
+    HONE_REQUIRE(source == stored || io::can_convert(source, stored),
+                 "hone::checkpoint::device_snapshot: cannot store " +
+                     std::string(io::dtype_name(source)) + " as " +
+                     std::string(io::dtype_name(stored)) + " (tensor '" + name + "')");
     const std::optional<std::uint64_t> want = checked_byte_size(shape, io::dtype_size(source));
-    require(want && *want == bytes,
-            "hone::checkpoint::device_snapshot: tensor '" + name + "' has shape " +
-                shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " but " +
-                std::to_string(bytes) + " bytes; give the shape of the data");
-    require(device_data != nullptr || bytes == 0,
-            "hone::checkpoint::device_snapshot: tensor '" + name +
-                "' has a null device pointer; pass the device memory to copy");
+    HONE_REQUIRE(want && *want == bytes,
+                 "hone::checkpoint::device_snapshot: tensor '" + name + "' has shape " +
+                     shape_string(shape) + " of " + std::string(io::dtype_name(source)) + " but " +
+                     std::to_string(bytes) + " bytes; give the shape of the data");
+    HONE_REQUIRE(device_data != nullptr || bytes == 0,
+                 "hone::checkpoint::device_snapshot: tensor '" + name +
+                     "' has a null device pointer; pass the device memory to copy");
     entries_.push_back({std::string(file), std::move(name), source, stored, std::move(shape),
                         static_cast<const std::byte*>(device_data), bytes,
                         bytes / io::dtype_size(source) * io::dtype_size(stored), allocation_tag});
@@ -300,7 +300,7 @@ class trainer_loader<true> {
   template <class Trainer>
   explicit trainer_loader(Trainer& t, std::size_t staging_bytes = default_staging_bytes)
       : stream_(t.exec().stream), chunk_(staging_bytes) {
-    require(chunk_ > 0, "hone::checkpoint::restore (CUDA): the staging size must be positive");
+    HONE_REQUIRE(chunk_ > 0, "hone::checkpoint::restore (CUDA): the staging size must be positive");
     for (cudaEvent_t& e : copied_) {
       HONE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }

@@ -42,15 +42,17 @@ HONE_VECTORIZE_FUNCTION void transpose_planes(const std::uint8_t* HONE_RESTRICT 
 /// The transforms' loops assume their input and output do not overlap.
 inline void check_disjoint(std::span<const std::byte> in, std::span<const std::byte> out,
                            const char* who) {
-  require(in.empty() || in.data() + in.size() <= out.data() || out.data() + out.size() <= in.data(),
-          std::string("hone::checkpoint::") + who + ": the input and output overlap");
+  HONE_REQUIRE(
+      in.empty() || in.data() + in.size() <= out.data() || out.data() + out.size() <= in.data(),
+      std::string("hone::checkpoint::") + who + ": the input and output overlap");
 }
 
 template <bool ToPlanes>
 void transpose_planes(std::span<const std::byte> in, std::size_t item, std::span<std::byte> out,
                       const char* who) {
-  require(item > 0 && in.size() % item == 0 && out.size() == in.size(),
-          std::string("hone::checkpoint::") + who + ": sizes are not a whole number of elements");
+  HONE_REQUIRE(
+      item > 0 && in.size() % item == 0 && out.size() == in.size(),
+      std::string("hone::checkpoint::") + who + ": sizes are not a whole number of elements");
   check_disjoint(in, out, who);
   const std::size_t n = in.size() / item;
   const auto* src = reinterpret_cast<const std::uint8_t*>(in.data());

@@ -131,8 +131,8 @@ void for_each(cuda_exec exec, const tensor_lists<Ts...>& lists, const Op& op,
   static_assert(sizeof(meta_t) + sizeof(Op) + 16 <= 4096,
                 "hone::for_each(cuda_exec, ...): the functor is too large for the kernel's 4 KiB "
                 "argument space; keep it under 256 bytes.");
-  require(tuning.block > 0 && tuning.block <= 1024 && tuning.chunk > 0,
-          "hone::for_each(cuda_exec, ...): block must be in [1, 1024] and chunk positive");
+  HONE_REQUIRE(tuning.block > 0 && tuning.block <= 1024 && tuning.chunk > 0,
+               "hone::for_each(cuda_exec, ...): block must be in [1, 1024] and chunk positive");
   if (lists.empty()) return;
 
   constexpr auto seq = std::index_sequence_for<Ts...>{};

@@ -103,9 +103,9 @@ class cuda_transport {
 
  private:
   void check(std::size_t bucket) const {
-    require(bucket < to_host_.size(), "hone::offload::cuda_transport: bucket " +
-                                          std::to_string(bucket) + " out of range (" +
-                                          std::to_string(to_host_.size()) + " prepared)");
+    HONE_REQUIRE(bucket < to_host_.size(), "hone::offload::cuda_transport: bucket " +
+                                               std::to_string(bucket) + " out of range (" +
+                                               std::to_string(to_host_.size()) + " prepared)");
   }
   void side_waits_for_compute() {
     HONE_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));

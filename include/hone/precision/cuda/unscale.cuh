@@ -179,8 +179,8 @@ template <class G>
 void unscale_accumulate_into(cuda_exec exec, const tensor_lists<float, const G>& lists,
                              float factor, bool accumulate, unscale_workspace& ws,
                              const unscale_outputs& out, multi_tensor_tuning tuning = {}) {
-  require(tuning.chunk > 0,
-          "hone::unscale_accumulate_into(cuda_exec): the chunk size must be positive");
+  HONE_REQUIRE(tuning.chunk > 0,
+               "hone::unscale_accumulate_into(cuda_exec): the chunk size must be positive");
   if (accumulate) {
     detail::launch_unscale(exec, lists, unscale_accumulate<G, true>{factor}, ws, out, tuning.chunk);
   } else {

@@ -128,11 +128,12 @@ class cuda_backend : public backend_types<Types, cuda_space, offload::cuda_trans
   template <class Parts>
   void check(const Parts& p) const {
     if constexpr (std::is_same_v<clipping_type, clip_grad_norm>) {
-      require(p.clipping.norm_type == 2.0f || p.clipping.norm_type == 1.0f ||
-                  std::isinf(p.clipping.norm_type),
-              "hone::trainer (CUDA): clip_grad_norm::norm_type must be 2, 1 or infinity on the "
-              "GPU; got " +
-                  std::to_string(p.clipping.norm_type));
+      HONE_REQUIRE(
+          p.clipping.norm_type == 2.0f || p.clipping.norm_type == 1.0f ||
+              std::isinf(p.clipping.norm_type),
+          "hone::trainer (CUDA): clip_grad_norm::norm_type must be 2, 1 or infinity on the "
+          "GPU; got " +
+              std::to_string(p.clipping.norm_type));
     } else {
       (void)p;
     }

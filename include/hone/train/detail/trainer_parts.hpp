@@ -9,6 +9,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -87,6 +88,18 @@ struct absent_member {
 };
 
 /// The role types of a trainer and every compile-time check on them.
+/// One of the model's parameters into the trainer's layout, after its checks (out of line: one
+/// copy for every trainer).
+inline void add_trainer_parameter(arena_layout& layout, std::string_view name, std::size_t values,
+                                  std::size_t grads) {
+  HONE_REQUIRE(values == grads, "hone::trainer: parameter '" + std::string(name) + "' has " +
+                                    std::to_string(values) + " values but " +
+                                    std::to_string(grads) + " gradients; they must match");
+  HONE_REQUIRE(values > 0, "hone::trainer: parameter '" + std::string(name) +
+                               "' is empty; leave it out of parameters()");
+  layout.add(std::string(name), values);
+}
+
 template <class Model, class... Policies>
 struct trainer_types {
   static_assert(check_model<Model>());
@@ -175,16 +188,10 @@ struct trainer_types {
   static arena_layout make_layout(Model& model) {
     arena_layout layout(sizeof(float));
     for (auto& p : model_traits<Model>::parameters(model)) {
-      require(p.value.size() == p.grad.size(), "hone::trainer: parameter '" + std::string(p.name) +
-                                                   "' has " + std::to_string(p.value.size()) +
-                                                   " values but " + std::to_string(p.grad.size()) +
-                                                   " gradients; they must match");
-      require(!p.value.empty(), "hone::trainer: parameter '" + std::string(p.name) +
-                                    "' is empty; leave it out of parameters()");
-      layout.add(std::string(p.name), p.value.size());
+      add_trainer_parameter(layout, p.name, p.value.size(), p.grad.size());
     }
-    require(layout.size() > 0,
-            "hone::trainer: the model's parameters() is empty: nothing to train");
+    HONE_REQUIRE(layout.size() > 0,
+                 "hone::trainer: the model's parameters() is empty: nothing to train");
     return layout;
   }
 };
