@@ -53,6 +53,11 @@ struct gradient_reduction {
 struct step_observer {
   static constexpr const char* name = "step observer";
 };
+/// Who watches a metric the caller measures (a validation loss) and says when training should
+/// stop, keeping the best weights; the default, hone::no_early_stopping, watches nothing.
+struct early_stopping {
+  static constexpr const char* name = "early stopping";
+};
 }  // namespace roles
 
 /// True when P declares `using role = ...`.

@@ -12,14 +12,6 @@
 
 HONE_NAMESPACE_BEGIN
 
-namespace roles {
-/// Who watches a metric the caller measures (a validation loss) and says when training should
-/// stop, keeping the best weights; the default, hone::no_early_stopping, watches nothing.
-struct early_stopping {
-  static constexpr const char* name = "early stopping";
-};
-}  // namespace roles
-
 /// What one step did.
 struct step_report {
   float loss = 0.0f;        // accumulation-weighted loss of the micro-batches
