@@ -19,9 +19,9 @@
 //                  loads and stores the same low address bits, so they compete for the same
 //                  cache sets and DRAM banks: on a 2-core AMD EPYC (Zen 4) VM limit<4, 3> ran
 //                  at 37% of the staggered pass, below the AdamW step it bounds.
-//   "limit_nt"     the same placement, every store non-temporal (streaming stores bypass the
-//                  cache, so a written line is not read first: the fastest way to write an
-//                  array that is only written).
+//   "limit_nt"     the same placement, the stores to arrays that are only written
+//                  non-temporal (streaming stores bypass the cache, so a written line is not
+//                  read first); arrays written in place keep plain stores.
 //   "limit_arena"  plain stores, each array a separate allocation (as hone's arenas are: one
 //                  per array, all of the same size) cut into hone::host_tuning's chunks.
 //
@@ -161,9 +161,11 @@ inline void stream_fence() noexcept {
 #endif
 }
 
-// The pass of stream_range with non-temporal stores: 64-byte vectors between the first and the
-// last 64-byte boundary of the range (every array has the same alignment phase), the ends
-// element by element with plain stores.
+// The pass of stream_range with non-temporal stores to the arrays that are only written (an
+// array read and written in place is in the cache when it is stored: a streaming store would
+// only evict it early): 64-byte vectors between the first and the last 64-byte boundary of the
+// range (every array has the same alignment phase), the ends element by element with plain
+// stores.
 template <class U, std::size_t RO, std::size_t RW, std::size_t WO>
 [[gnu::noinline]] void stream_range_nt(const stream_arrays<U, RO, RW, WO>& a, U mask,
                                        std::size_t begin, std::size_t end) {
@@ -198,7 +200,7 @@ template <class U, std::size_t RO, std::size_t RW, std::size_t WO>
         load64(v, a.rw[k] + i);
         all |= v;
         v |= r;
-        stream64(a.rw[k] + i, v);
+        *reinterpret_cast<vec64*>(a.rw[k] + i) = v;  // in place: the line is in the cache already
       }
     }
     if constexpr (WO > 0) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -184,6 +185,32 @@ class ServeTest(unittest.TestCase):
         hello, listing = [json.loads(x) for x in proc.stdout.splitlines()]
         self.assertEqual(hello["protocol"], 1)
         self.assertEqual(listing, {"benchmarks": ["ckpt_compress_adam_v/zstd_shuffle"]})
+
+
+class ProgramServeTest(unittest.TestCase):
+    def test_bench_core_serves(self):
+        """A real program in serve mode (bench_core of the bench preset, or HONE_BENCH_CORE): the
+        hello with its context, every limit kernel listed, one sample per run request whose
+        counters are the program's, errors for unknown names, and nothing else on stdout although
+        the program prints elsewhere."""
+        prog = Path(os.environ.get("HONE_BENCH_CORE",
+                                   BENCH.parent / "build" / "bench" / "bench" / "bench_core"))
+        if not prog.exists():
+            self.skipTest(f"{prog} is not built (scripts/bench builds it)")
+        proc = subprocess.run(
+            [str(prog), "--hone_serve", "--benchmark_min_time=0.01", "--hone_threads=1"],
+            input="list\nrun multi_tensor_axpy_64M/limit_nt\nrun multi_tensor_axpy_64M/nope\n",
+            capture_output=True, text=True, check=True, timeout=600)
+        hello, listing, run, missing = [json.loads(x) for x in proc.stdout.splitlines()]
+        self.assertEqual(hello["protocol"], 1)
+        self.assertEqual(hello["context"]["hone_threads"], "1")
+        for impl in ("hone", "limit", "limit_nt", "limit_arena"):
+            self.assertIn(f"multi_tensor_axpy_64M/{impl}", listing["benchmarks"])
+        [r] = run["runs"]
+        self.assertEqual(report.split_name(r["run_name"]), ("multi_tensor_axpy_64M", "limit_nt"))
+        self.assertEqual(r["bytes_per_iter"], 64 * 2**20 * 12)
+        self.assertGreater(r["real_time"], 0)
+        self.assertIn("no benchmark named", missing["error"])
 
 
 class LimitTest(unittest.TestCase):
