@@ -64,8 +64,6 @@ class prioritized_sampler {
  public:
   static constexpr bool is_prioritized = true;
   using config_type = hone::prioritized<Arity>;
-  /// Walks descended together before on_slots sees their slots.
-  static constexpr std::size_t pipeline_chunk = 64;
 
   prioritized_sampler(std::size_t capacity, const config_type& config)
       : config_(config),
@@ -121,12 +119,9 @@ class prioritized_sampler {
       for (std::size_t k = 0; k < m; ++k) {
         targets[k] = detail::stratified_target(begin + k, rng.uniform(), total, n);
       }
-      for (std::size_t b = 0; b < m; b += pipeline_chunk) {
-        const std::size_t c = std::min(pipeline_chunk, m - b);
-        tree_.find_batch(std::span<const double>(targets + b, c), slots.subspan(begin + b, c));
-        on_slots(std::span<const std::size_t>(slots.subspan(begin + b, c)));
-      }
+      tree_.find_batch(std::span<const double>(targets, m), slots.subspan(begin, m));
     }
+    on_slots(std::span<const std::size_t>(slots));  // e.g. prefetch the rows to gather
     compute_weights(slots, weights, beta());
     ++steps_;
   }
