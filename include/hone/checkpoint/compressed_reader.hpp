@@ -23,7 +23,6 @@
 
 #include "hone/checkpoint/byte_transforms.hpp"
 #include "hone/checkpoint/compressed_format.hpp"
-#include "hone/checkpoint/detail/tbb_handoff.hpp"
 #include "hone/checkpoint/detail/zstd_context.hpp"
 #include "hone/checkpoint/safetensors.hpp"
 #include "hone/core/config.hpp"
@@ -164,14 +163,9 @@ class compressed_file {
     if (cs.size() <= 1) {
       decode_range(0, cs.size());
     } else {
-      detail::tbb_handoff handoff;
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, cs.size(), 1),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          handoff.enter();
-                          decode_range(r.begin(), r.end());
-                          handoff.leave();
-                        });
-      handoff.enter();
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, cs.size(), 1),
+          [&](const tbb::blocked_range<std::size_t>& r) { decode_range(r.begin(), r.end()); });
     }
   }
 

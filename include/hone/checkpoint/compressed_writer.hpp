@@ -28,7 +28,6 @@
 
 #include "hone/checkpoint/byte_transforms.hpp"
 #include "hone/checkpoint/compressed_format.hpp"
-#include "hone/checkpoint/detail/tbb_handoff.hpp"
 #include "hone/checkpoint/detail/zstd_context.hpp"
 #include "hone/checkpoint/safetensors.hpp"
 #include "hone/core/config.hpp"
@@ -105,11 +104,9 @@ inline std::vector<chunk_transform> choose_transforms(const tensor_writer& write
   for (std::size_t i = 0; i < layout.size(); ++i) {
     if (splits(layout[i].type) && layout[i].size_bytes() > 0) candidates.push_back(i);
   }
-  tbb_handoff handoff;
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, candidates.size(), 1),
       [&](const tbb::blocked_range<std::size_t>& r) {
-        handoff.enter();
         std::unique_ptr<ZSTD_CCtx, zstd_cctx_deleter> cctx(ZSTD_createCCtx());
         if (!cctx) throw allocation_error("hone: cannot create a zstd compression context", 0);
         std::vector<std::byte> raw, moved, packed;
@@ -133,9 +130,7 @@ inline std::vector<chunk_transform> choose_transforms(const tensor_writer& write
             }
           }
         }
-        handoff.leave();
       });
-  handoff.enter();
   return out;
 }
 }  // namespace detail
@@ -181,19 +176,16 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
   std::size_t sequence = 0;
   std::uint64_t file_offset = detail::prelude_bytes;
 
-  detail::tbb_handoff handoff;
   tbb::parallel_pipeline(
       tokens,
       tbb::make_filter<void,
                        job*>(tbb::filter_mode::serial_in_order, [&](tbb::flow_control& fc) -> job* {
-        handoff.enter();
         while (next_tensor < layout.size() && next_offset >= layout[next_tensor].size_bytes()) {
           ++next_tensor;
           next_offset = 0;
         }
         if (next_tensor >= layout.size()) {
           fc.stop();
-          handoff.leave();
           return nullptr;
         }
         const std::size_t item = io::dtype_size(layout[next_tensor].type);
@@ -204,10 +196,8 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         j->length = static_cast<std::size_t>(
             std::min<std::uint64_t>(chunk, layout[next_tensor].size_bytes() - next_offset));
         next_offset += j->length;
-        handoff.leave();
         return j;
       }) & tbb::make_filter<job*, job*>(tbb::filter_mode::parallel, [&](job* j) -> job* {
-        handoff.enter();
         const std::size_t item = io::dtype_size(layout[j->tensor].type);
         j->raw.resize(j->length);
         writer.read_stored(order[j->tensor], j->offset, j->raw);
@@ -225,19 +215,15 @@ void write_compressed_to(const tensor_writer& writer, Sink& sink,
         const std::size_t r =
             detail::compress_planes(j->cctx.get(), j->shuffled, item, j->packed, options.level);
         j->info.stored_bytes = r < j->length ? r : j->length;
-        handoff.leave();
         return j;
       }) & tbb::make_filter<job*, void>(tbb::filter_mode::serial_in_order, [&](job* j) {
-        handoff.enter();
         const bool packed = j->info.stored_bytes < j->info.raw_bytes;
         sink.write(std::span<const std::byte>(packed ? j->packed : j->raw)
                        .first(static_cast<std::size_t>(j->info.stored_bytes)));
         j->info.file_offset = file_offset;
         file_offset += j->info.stored_bytes;
         chunks[j->tensor].push_back(j->info);
-        handoff.leave();
       }));
-  handoff.enter();
 
   std::string index;
   detail::append_header_json(index, layout, writer.metadata(),
