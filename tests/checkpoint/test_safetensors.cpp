@@ -105,6 +105,26 @@ BOOST_AUTO_TEST_CASE(safetensors_round_trip_every_dtype) {
     const bytes mem = conv.to_bytes();
     BOOST_TEST((dc == io::file_digest{mem.size(), io::hash128(mem)}));
   }
+  {
+    // A file of tensor_writer::background_hash_bytes or more: hashed on a second thread behind
+    // the writes (in pieces of background_hash_piece), with the header and a converted tensor's
+    // staging chunks hashed in between, in file order. The same digest as hashing the file.
+    ck::tensor_writer large;
+    constexpr std::size_t n = ck::tensor_writer::background_hash_bytes / sizeof(float) + 12345;
+    static_assert(n * sizeof(float) > 2 * ck::tensor_writer::background_hash_piece);
+    const std::vector<float> big = pattern<float>(n, 5);
+    const std::vector<float> conv = pattern<float>(300000, 6);
+    large.add("big", {n}, big);
+    large.add("conv", {300000}, conv, io::dtype::bf16);
+    large.add("scalar", {}, scalar);
+    BOOST_TEST(large.file_size() >= ck::tensor_writer::background_hash_bytes);
+    const auto dl = large.write(dir / "large.safetensors");
+    BOOST_TEST(dl.size == large.file_size());
+    BOOST_TEST((dl == io::hash_file(dir / "large.safetensors")));
+    const bytes mem = large.to_bytes();
+    BOOST_TEST((dl == io::file_digest{mem.size(), io::hash128(mem)}));
+    fs::remove(dir / "large.safetensors");
+  }
   for (const bool mapped : {true, false}) {
     const bytes mem = w.to_bytes();
     const auto f = mapped ? ck::safetensors_file::open(dir / "all.safetensors")

@@ -89,6 +89,33 @@ BOOST_AUTO_TEST_CASE(output_file_digest_is_the_file_hash) {
   BOOST_TEST(io::mapped_file(dir / "empty").bytes().empty());
 }
 
+BOOST_AUTO_TEST_CASE(background_hasher_gives_the_hash_of_the_spans_in_order) {
+  // Spans queued for the hashing thread (add) and hashed at once after them (add_now) in any mix:
+  // the digest is XXH3-128 of their concatenation in call order, as often as it is asked.
+  const auto data = pattern<std::uint8_t>(3 * io::hash_io_bytes + 777, 11);
+  const auto all = std::as_bytes(std::span(data));
+  io::background_hasher h;
+  std::size_t at = 0;
+  std::size_t piece = 1;
+  for (int k = 0; at < all.size(); ++k) {
+    const auto s = all.subspan(at, std::min(piece, all.size() - at));
+    if (k % 5 == 3) {
+      std::vector<std::byte> copy(s.begin(), s.end());  // reused right after: hashed now
+      h.add_now(copy);
+      std::fill(copy.begin(), copy.end(), std::byte{0});
+    } else {
+      h.add(s);
+    }
+    at += s.size();
+    piece = piece * 3 + 1;
+    if (k == 6) BOOST_TEST((h.digest() == io::hash128(all.first(at))));  // and it goes on
+  }
+  h.add({});
+  h.add_now({});
+  BOOST_TEST((h.digest() == io::hash128(all)));
+  BOOST_TEST((io::background_hasher().digest() == io::hash128({})));
+}
+
 BOOST_AUTO_TEST_CASE(content_errors_are_format_errors_and_checkpoint_errors) {
   static_assert(std::is_base_of_v<hone::checkpoint_error, io::format_error>,
                 "io::format_error must stay a checkpoint_error: existing catch sites rely on it");

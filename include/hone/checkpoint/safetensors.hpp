@@ -665,18 +665,53 @@ class tensor_writer {
   }
 
   /// Writes a safetensors file at `path` (created or truncated), fsyncs it when `sync`, and returns
-  /// its size and XXH3-128 (for the MANIFEST). The data goes to the file in blocks of
-  /// detail::hash_io_bytes (through a 1 MiB staging buffer for tensors that change dtype), each
-  /// hashed right after it is written, while it is still in the cache: one pass over memory. (A
-  /// second thread hashing the whole tensors alongside the writes was measured slower on 2 vCPUs,
-  /// on tmpfs and on disk: it competes with the kernel's writeback for the second core and reads
-  /// every byte from DRAM a second time; bench_checkpoint ckpt_save_1G, 2026-11-21.)
+  /// its size and XXH3-128 (for the MANIFEST).
+  ///
+  /// A file of background_hash_bytes or more is written in pieces of background_hash_piece bytes,
+  /// one write() each, and hashed on a second thread (io::background_hasher) right behind the
+  /// writes, piece by piece, while the pieces are still in the shared cache; the fsync overlaps the
+  /// hash of the last pieces. With a second core free, the writing thread then only writes. A
+  /// smaller file, or one written where only one core is available, is hashed on the calling
+  /// thread, each block of io::hash_io_bytes right after its write() (the bytes are still in the
+  /// cache: one pass over memory). Either way the file, the order of its writes and fsync, and its
+  /// digest are the same.
   io::file_digest write(const std::filesystem::path& path, bool sync = true) const {
-    io::output_file out(path);
-    write_to(out);
+    if (file_size() < background_hash_bytes) {
+      io::output_file out(path);
+      write_to(out);
+      if (sync) out.sync();
+      return out.close();
+    }
+    io::output_file out(path, io::create_mode::truncate, io::write_hashing::off);
+    io::background_hasher hash;
+    struct sink {
+      io::output_file& out;
+      io::background_hasher& hash;
+      // Bytes the caller reuses or frees next (the header, a conversion's staging chunk).
+      void write(std::span<const std::byte> b) {
+        out.write(b);
+        hash.add_now(b);
+      }
+      // A tensor's own bytes: alive until write() returns.
+      void write_stable(std::span<const std::byte> b) {
+        for (std::size_t off = 0; off < b.size(); off += background_hash_piece) {
+          const auto piece = b.subspan(off, std::min(background_hash_piece, b.size() - off));
+          out.write(piece);
+          hash.add(piece);
+        }
+      }
+    } s{out, hash};
+    write_to(s);
     if (sync) out.sync();
-    return out.close();
+    const io::digest128 h = hash.digest();
+    const io::file_digest d = out.close();
+    return {d.size, h};
   }
+
+  /// The file size from which write() hashes on a second thread.
+  static constexpr std::uint64_t background_hash_bytes = std::uint64_t{64} << 20;
+  /// The write() size (and hand-off size to the hashing thread) of such a file.
+  static constexpr std::size_t background_hash_piece = std::size_t{4} << 20;
 
   /// The same file in memory.
   [[nodiscard]] std::vector<std::byte> to_bytes() const {
@@ -689,7 +724,9 @@ class tensor_writer {
     return std::move(s.bytes);
   }
 
-  /// Streams the file into any sink with write(std::span<const std::byte>).
+  /// Streams the file into any sink with write(std::span<const std::byte>), which may not keep the
+  /// span past the call. A sink that also has write_stable(std::span<const std::byte>) gets the
+  /// tensors' own bytes (unconverted) through it: those stay alive until write_to returns.
   template <class Sink>
   void write_to(Sink& sink) const {
     const auto l = layout();
@@ -699,7 +736,11 @@ class tensor_writer {
     for (std::size_t i : file_order()) {
       const entry& e = entries_[i];
       if (e.source == e.stored) {
-        sink.write(e.data);
+        if constexpr (requires { sink.write_stable(e.data); }) {
+          sink.write_stable(e.data);  // the tensor's bytes stay alive until write_to returns
+        } else {
+          sink.write(e.data);
+        }
         continue;
       }
       const std::size_t chunk = (std::size_t{1} << 20) / 8 * 8;  // a multiple of every item size

@@ -15,12 +15,17 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 
 #include "hone/core/config.hpp"
 
@@ -109,6 +114,95 @@ class hasher {
 
  private:
   XXH3_state_t state_;
+};
+
+/// XXH3-128 of a stream hashed on a thread of its own, behind the caller that writes the stream: a
+/// file writer hands each span to add() after writing it, and the hash of everything up to that
+/// span is formed while the next one is written, so the hash costs the writer no time when a
+/// second core is free (the same digest as hasher, bit for bit). add() borrows the span until it
+/// is hashed: it must stay alive and unchanged until digest() returns. add_now() hashes a span the
+/// caller is about to reuse (a staging buffer, a header string) on the calling thread, once the
+/// spans before it are done. Without a thread to run on (hardware_concurrency() < 2, or the thread
+/// cannot be started), every span is hashed inside add(). Not thread-safe: one writer calls it.
+class background_hasher {
+ public:
+  background_hasher() {
+    if (std::thread::hardware_concurrency() < 2) return;
+    try {
+      worker_ = std::thread([this] { run(); });
+    } catch (const std::system_error&) {  // no thread: hash inline
+    }
+  }
+  background_hasher(const background_hasher&) = delete;
+  background_hasher& operator=(const background_hasher&) = delete;
+  ~background_hasher() { stop(); }
+
+  /// Queues `bytes` (borrowed until digest() returns) to be hashed after the spans before it.
+  void add(std::span<const std::byte> bytes) {
+    if (bytes.empty()) return;
+    if (!worker_.joinable()) {
+      state_.update(bytes);
+      return;
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(bytes);
+    }
+    ready_.notify_one();
+  }
+  /// Hashes `bytes` now, on the calling thread, after every span queued before it.
+  void add_now(std::span<const std::byte> bytes) {
+    if (bytes.empty()) return;
+    drain();
+    state_.update(bytes);
+  }
+  /// The digest of everything added (waits for the queued spans; the hasher stays usable).
+  [[nodiscard]] digest128 digest() {
+    drain();
+    return state_.digest();
+  }
+
+ private:
+  // Waits until the worker has hashed every queued span and is idle again. The mutex orders the
+  // worker's updates of state_ before the caller's next use of it.
+  void drain() {
+    if (!worker_.joinable()) return;
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  void stop() noexcept {
+    if (!worker_.joinable()) return;
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_one();
+    worker_.join();
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      const std::span<const std::byte> next = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      state_.update(next);
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+
+  hasher state_;
+  std::mutex mutex_;
+  std::condition_variable ready_;  // the worker: a span was queued, or stop
+  std::condition_variable idle_;   // the writer: the queue is empty and the worker idle
+  std::deque<std::span<const std::byte>> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;  // last: started once the members above exist
 };
 
 /// XXH3-128 of `bytes` in one call.
