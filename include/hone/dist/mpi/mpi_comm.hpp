@@ -1,0 +1,538 @@
+// hone/dist/mpi/mpi_comm.hpp: the MPI communicator (CMake target hone::mpi, which links
+// MPI::MPI_CXX). Not part of <hone/dist.hpp>: only files that include this header need MPI.
+//
+//   int main(int argc, char** argv) {
+//     hone::dist::mpi_environment env(argc, argv);  // or MPI_Init_thread by the program
+//     hone::dist::mpi_comm comm;                    // a duplicate of MPI_COMM_WORLD
+//     comm.all_reduce(std::span<float>(grads), hone::dist::reduce_op::sum).wait();
+//   }
+//
+// mpi_comm wraps a duplicate of the communicator it is given (so hone's traffic never matches the
+// program's own messages) whose errors return codes: a failed MPI call becomes hone::dist_error
+// naming the operation and MPI's error string. Collectives start non-blocking MPI operations
+// (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier) and
+// return a request. request::wait() polls MPI_Test; when the collective is not complete after the
+// communicator's timeout (default 300 s, counted from the call to wait()), it throws
+// hone::dist_error naming the operation, its sequence number on this communicator, the timeout
+// and this rank. The request then stays pending: wait() may be called again (a slow rank may yet
+// arrive), or the job ended with mpi_comm::abort(). A request destroyed while pending waits for
+// the collective first (its spans belong to MPI until then); if that wait fails too, the
+// destructor, which cannot throw, prints the error and aborts the job (MPI_Abort).
+//
+// Threads: the environment asks for MPI_THREAD_SERIALIZED by default (calls from one thread at a
+// time, any thread); ask for thread_level::multiple to call from several threads at once. One
+// mpi_comm and its requests are used from one thread at a time.
+//
+// Element types: float, double, std::int32_t, std::int64_t. Counts up to INT_MAX elements per
+// call (MPI 3 counts are int).
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+#include "hone/dist/communicator.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+namespace dist {
+
+/// MPI's thread support levels, in increasing order.
+enum class thread_level { single, funneled, serialized, multiple };
+
+[[nodiscard]] constexpr const char* to_string(thread_level l) noexcept {
+  switch (l) {
+    case thread_level::single:
+      return "MPI_THREAD_SINGLE";
+    case thread_level::funneled:
+      return "MPI_THREAD_FUNNELED";
+    case thread_level::serialized:
+      return "MPI_THREAD_SERIALIZED";
+    case thread_level::multiple:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown thread level";
+}
+
+namespace detail {
+
+inline int to_mpi(thread_level l) noexcept {
+  switch (l) {
+    case thread_level::single:
+      return MPI_THREAD_SINGLE;
+    case thread_level::funneled:
+      return MPI_THREAD_FUNNELED;
+    case thread_level::serialized:
+      return MPI_THREAD_SERIALIZED;
+    case thread_level::multiple:
+      return MPI_THREAD_MULTIPLE;
+  }
+  return MPI_THREAD_SINGLE;
+}
+
+inline thread_level from_mpi(int l) noexcept {
+  if (l >= MPI_THREAD_MULTIPLE) return thread_level::multiple;
+  if (l >= MPI_THREAD_SERIALIZED) return thread_level::serialized;
+  if (l >= MPI_THREAD_FUNNELED) return thread_level::funneled;
+  return thread_level::single;
+}
+
+inline std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS || length <= 0) {
+    return "MPI error code " + std::to_string(code);
+  }
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void mpi_failure(int code, std::string_view what) {
+  throw dist_error("hone::dist::" + std::string(what) + " failed: " + mpi_error_string(code));
+}
+
+/// Throws dist_error("hone::dist::<what> failed: <MPI's error string>") when rc is not MPI_SUCCESS.
+inline void mpi_check(int rc, std::string_view what) {
+  if (rc != MPI_SUCCESS) [[unlikely]]
+    mpi_failure(rc, what);
+}
+
+template <class T>
+inline constexpr bool mpi_supported_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+    std::is_same_v<T, std::int64_t>;
+
+template <class T>
+MPI_Datatype mpi_type() noexcept {
+  static_assert(mpi_supported_v<T>,
+                "hone::dist::mpi_comm: the element type of a collective must be float, double, "
+                "std::int32_t or std::int64_t; convert the data to one of them.");
+  if constexpr (std::is_same_v<T, float>) {
+    return MPI_FLOAT;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return MPI_DOUBLE;
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return MPI_INT32_T;
+  } else {
+    return MPI_INT64_T;
+  }
+}
+
+template <class T>
+constexpr const char* type_name() noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    return "float";
+  } else if constexpr (std::is_same_v<T, double>) {
+    return "double";
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    return "int32";
+  } else {
+    return "int64";
+  }
+}
+
+/// The max of hone's reduce_op::max: NaN when either is NaN (the canonical quiet NaN, so every
+/// rank holds the same bits), +0 over -0; commutative and associative.
+template <class T>
+T nan_max(T a, T b) noexcept {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  if (a < b) return b;
+  if (b < a) return a;
+  return std::signbit(a) ? b : a;
+}
+
+template <class T>
+void nan_max_loop(const void* in, void* inout, int count) noexcept {
+  const T* x = static_cast<const T*>(in);
+  T* y = static_cast<T*>(inout);
+  for (int i = 0; i < count; ++i) y[i] = nan_max(x[i], y[i]);
+}
+
+/// The MPI user function of reduce_op::max on float and double (MPI_MAX leaves NaN to the order
+/// in which the implementation combines the ranks).
+inline void mpi_nan_max(void* in, void* inout, int* count, MPI_Datatype* type) {
+  if (*type == MPI_FLOAT) {
+    nan_max_loop<float>(in, inout, *count);
+  } else if (*type == MPI_DOUBLE) {
+    nan_max_loop<double>(in, inout, *count);
+  }
+}
+
+/// What the communicator and its requests share: the MPI communicator, the max operation, the
+/// timeout. Freed when the last of them goes (after MPI_Finalize, nothing is freed).
+struct mpi_state {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Op max_op = MPI_OP_NULL;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::uint64_t sequence = 0;
+
+  mpi_state() = default;
+  mpi_state(const mpi_state&) = delete;
+  mpi_state& operator=(const mpi_state&) = delete;
+  ~mpi_state() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    if (max_op != MPI_OP_NULL) MPI_Op_free(&max_op);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+};
+
+}  // namespace detail
+
+/// Initializes MPI with a requested thread level, unless the program already has, and finalizes it
+/// when destroyed if it initialized it. Throws dist_error when MPI provides less than requested.
+class mpi_environment {
+ public:
+  explicit mpi_environment(thread_level required = thread_level::serialized)
+      : mpi_environment(nullptr, nullptr, required) {}
+  mpi_environment(int& argc, char**& argv, thread_level required = thread_level::serialized)
+      : mpi_environment(&argc, &argv, required) {}
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  ~mpi_environment() {
+    if (!owns_) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+
+  /// The thread level MPI provides.
+  [[nodiscard]] thread_level provided() const noexcept { return provided_; }
+  /// Whether this object initialized MPI (and finalizes it).
+  [[nodiscard]] bool owns() const noexcept { return owns_; }
+
+ private:
+  mpi_environment(int* argc, char*** argv, thread_level required) {
+    int initialized = 0, finalized = 0;
+    detail::mpi_check(MPI_Initialized(&initialized), "mpi_environment: MPI_Initialized");
+    detail::mpi_check(MPI_Finalized(&finalized), "mpi_environment: MPI_Finalized");
+    if (finalized) {
+      throw dist_error(
+          "hone::dist::mpi_environment: MPI has already been finalized in this process and "
+          "cannot be initialized again; create the environment once, before any communicator");
+    }
+    int provided = MPI_THREAD_SINGLE;
+    if (initialized) {
+      detail::mpi_check(MPI_Query_thread(&provided), "mpi_environment: MPI_Query_thread");
+    } else {
+      detail::mpi_check(MPI_Init_thread(argc, argv, detail::to_mpi(required), &provided),
+                        "mpi_environment: MPI_Init_thread");
+      owns_ = true;
+    }
+    provided_ = detail::from_mpi(provided);
+    if (provided_ < required) {
+      if (owns_) MPI_Finalize();
+      throw dist_error(std::string("hone::dist::mpi_environment: ") + to_string(required) +
+                       " was requested but MPI provides only " + to_string(provided_) +
+                       "; request a lower level (and call hone's communicators accordingly) or "
+                       "use an MPI built with thread support");
+    }
+  }
+
+  thread_level provided_ = thread_level::single;
+  bool owns_ = false;
+};
+
+/// A communicator over MPI (see the header comment). Move-only (a moved-from mpi_comm may only
+/// be destroyed or assigned to); requests keep what they need alive, so a request may outlive the
+/// mpi_comm that started it.
+class mpi_comm {
+ public:
+  static constexpr std::chrono::milliseconds default_timeout{std::chrono::seconds(300)};
+
+  /// A started collective. Move-only; default-constructed, it is complete.
+  class request {
+   public:
+    request() = default;
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    request(request&& other) noexcept { take(other); }
+    request& operator=(request&& other) noexcept {
+      if (this != &other) {
+        finish_or_abort();
+        take(other);
+      }
+      return *this;
+    }
+    ~request() { finish_or_abort(); }
+
+    /// Blocks until the collective is complete on this rank. Throws dist_error when MPI reports
+    /// an error (the request is then complete) or when the communicator's timeout passes first
+    /// (the request stays pending).
+    void wait() {
+      if (req_ == MPI_REQUEST_NULL) return;
+      if (test()) return;
+      const auto timeout = state_->timeout;
+      const auto start = std::chrono::steady_clock::now();
+      // Yield for the first millisecond (a collective that is about to complete is seen at
+      // once), then poll every 100 us so that a long wait leaves the core to others.
+      for (;;) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited < std::chrono::milliseconds(1)) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        if (test()) return;
+        if (std::chrono::steady_clock::now() - start >= timeout) timed_out(timeout);
+      }
+    }
+
+    /// True once the collective is complete on this rank (never blocks). Throws dist_error when
+    /// MPI reports an error.
+    bool test() {
+      if (req_ == MPI_REQUEST_NULL) return true;
+      int done = 0;
+      const int rc = MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) [[unlikely]] {
+        req_ = MPI_REQUEST_NULL;
+        detail::mpi_failure(rc, "mpi_comm: " + describe() + " (MPI_Test)");
+      }
+      return done != 0;
+    }
+
+    /// This collective's number on its communicator (0 for the first): the same on every rank.
+    [[nodiscard]] std::uint64_t sequence() const noexcept { return seq_; }
+
+   private:
+    friend class mpi_comm;
+    request(std::shared_ptr<detail::mpi_state> state, MPI_Request req, const char* op,
+            const char* detail, std::size_t count, const char* type, std::uint64_t seq) noexcept
+        : state_(std::move(state)),
+          req_(req),
+          op_(op),
+          detail_(detail),
+          type_(type),
+          count_(count),
+          seq_(seq) {}
+
+    void take(request& other) noexcept {
+      state_ = std::move(other.state_);
+      req_ = std::exchange(other.req_, MPI_REQUEST_NULL);
+      op_ = other.op_;
+      detail_ = other.detail_;
+      type_ = other.type_;
+      count_ = other.count_;
+      seq_ = other.seq_;
+    }
+
+    [[nodiscard]] std::string describe() const {
+      std::string s = std::string(op_) + " #" + std::to_string(seq_);
+      if (type_[0] != '\0') {
+        s += " (";
+        if (detail_[0] != '\0') s += std::string(detail_) + " of ";
+        s += std::to_string(count_) + " " + type_ + ")";
+      }
+      return s;
+    }
+
+    [[noreturn, gnu::cold, gnu::noinline]] void timed_out(std::chrono::milliseconds timeout) const {
+      throw dist_error("hone::dist::mpi_comm: " + describe() + " did not complete within " +
+                       std::to_string(timeout.count()) + " ms on rank " +
+                       std::to_string(state_->rank) + " of " + std::to_string(state_->size) +
+                       ": another rank has not started it (it skipped this collective, called "
+                       "another one, is stuck, or died). The request is still pending: wait() "
+                       "again, or end the job (mpi_comm::abort)");
+    }
+
+    void finish_or_abort() noexcept {
+      if (req_ == MPI_REQUEST_NULL) return;
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr,
+                     "%s\nhone::dist::mpi_comm: a request destroyed before it completed "
+                     "could not be completed; aborting the job\n",
+                     e.what());
+        std::fflush(stderr);
+        MPI_Abort(state_->comm, 1);
+      }
+    }
+
+    std::shared_ptr<detail::mpi_state> state_;
+    MPI_Request req_ = MPI_REQUEST_NULL;
+    const char* op_ = "";
+    const char* detail_ = "";
+    const char* type_ = "";
+    std::size_t count_ = 0;
+    std::uint64_t seq_ = 0;
+  };
+
+  /// Duplicates `base` (MPI must be initialized: hone::dist::mpi_environment or the program).
+  explicit mpi_comm(MPI_Comm base = MPI_COMM_WORLD,
+                    std::chrono::milliseconds timeout = default_timeout)
+      : state_(std::make_shared<detail::mpi_state>()) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized) {
+      throw dist_error(
+          "hone::dist::mpi_comm: MPI is not initialized (or already finalized); create a "
+          "hone::dist::mpi_environment first, or call MPI_Init_thread, and keep it alive while "
+          "communicators are used");
+    }
+    set_timeout(timeout);
+    auto& s = *state_;
+    detail::mpi_check(MPI_Comm_dup(base, &s.comm), "mpi_comm: MPI_Comm_dup");
+    detail::mpi_check(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN),
+                      "mpi_comm: MPI_Comm_set_errhandler");
+    detail::mpi_check(MPI_Comm_rank(s.comm, &s.rank), "mpi_comm: MPI_Comm_rank");
+    detail::mpi_check(MPI_Comm_size(s.comm, &s.size), "mpi_comm: MPI_Comm_size");
+    detail::mpi_check(MPI_Op_create(&detail::mpi_nan_max, 1, &s.max_op), "mpi_comm: MPI_Op_create");
+  }
+
+  mpi_comm(mpi_comm&&) noexcept = default;
+  mpi_comm& operator=(mpi_comm&&) noexcept = default;
+
+  [[nodiscard]] int rank() const noexcept { return state_->rank; }
+  [[nodiscard]] int size() const noexcept { return state_->size; }
+  /// How long wait() blocks before it throws (requests read it when they wait).
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return state_->timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) {
+    HONE_REQUIRE(timeout.count() > 0, "hone::dist::mpi_comm: the timeout must be positive (it is " +
+                                          std::to_string(timeout.count()) + " ms)");
+    state_->timeout = timeout;
+  }
+  /// The duplicated MPI communicator, for the program's own MPI calls beside hone's.
+  [[nodiscard]] MPI_Comm native() const noexcept { return state_->comm; }
+
+  /// In place: every rank's `data` becomes the elementwise reduction over the ranks.
+  template <class T>
+  [[nodiscard]] request all_reduce(std::span<T> data, reduce_op op) {
+    const int count = checked_count(data.size(), "all_reduce");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count, detail::mpi_type<T>(), mpi_op<T>(op),
+                         state_->comm, &r),
+          "all_reduce", "MPI_Iallreduce");
+    return started(r, "all_reduce", to_string(op), data.size(), detail::type_name<T>());
+  }
+
+  /// Rank r's `out` becomes the reduction over the ranks of block r of their `in`
+  /// (in.size() == out.size() * size(); `in` and `out` must not overlap).
+  template <class T>
+  [[nodiscard]] request reduce_scatter(std::span<const T> in, std::span<T> out, reduce_op op) {
+    HONE_REQUIRE(in.size() == out.size() * static_cast<std::size_t>(size()),
+                 "hone::dist::mpi_comm::reduce_scatter: the input holds " +
+                     std::to_string(in.size()) + " elements, which is not the output's " +
+                     std::to_string(out.size()) + " times the " + std::to_string(size()) +
+                     " ranks; pad the input to a multiple of the number of ranks");
+    require_disjoint(in, std::span<const T>(out), "reduce_scatter");
+    checked_count(in.size(), "reduce_scatter");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()),
+                                    detail::mpi_type<T>(), mpi_op<T>(op), state_->comm, &r),
+          "reduce_scatter", "MPI_Ireduce_scatter_block");
+    return started(r, "reduce_scatter", to_string(op), in.size(), detail::type_name<T>());
+  }
+
+  /// Block r of every rank's `out` becomes rank r's `in` (out.size() == in.size() * size()).
+  /// `in` may be this rank's own block of `out` (in place); otherwise they must not overlap.
+  template <class T>
+  [[nodiscard]] request all_gather(std::span<const T> in, std::span<T> out) {
+    HONE_REQUIRE(out.size() == in.size() * static_cast<std::size_t>(size()),
+                 "hone::dist::mpi_comm::all_gather: the output holds " +
+                     std::to_string(out.size()) + " elements, which is not the input's " +
+                     std::to_string(in.size()) + " times the " + std::to_string(size()) +
+                     " ranks; size the output as in.size() * size()");
+    checked_count(out.size(), "all_gather");
+    const bool in_place =
+        !in.empty() && in.data() == out.data() + in.size() * static_cast<std::size_t>(rank());
+    if (!in_place) require_disjoint(in, std::span<const T>(out), "all_gather");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data(), static_cast<int>(in.size()),
+                         detail::mpi_type<T>(), out.data(), static_cast<int>(in.size()),
+                         detail::mpi_type<T>(), state_->comm, &r),
+          "all_gather", "MPI_Iallgather");
+    return started(r, "all_gather", "", out.size(), detail::type_name<T>());
+  }
+
+  /// Every rank's `data` becomes the root's.
+  template <class T>
+  [[nodiscard]] request broadcast(std::span<T> data, int root) {
+    HONE_REQUIRE(root >= 0 && root < size(), "hone::dist::mpi_comm::broadcast: root " +
+                                                 std::to_string(root) + " is not a rank of this " +
+                                                 std::to_string(size()) + "-rank communicator");
+    const int count = checked_count(data.size(), "broadcast");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data.data(), count, detail::mpi_type<T>(), root, state_->comm, &r),
+          "broadcast", "MPI_Ibcast");
+    return started(r, "broadcast", "", data.size(), detail::type_name<T>());
+  }
+
+  /// Complete once every rank has started it.
+  [[nodiscard]] request barrier() {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(state_->comm, &r), "barrier", "MPI_Ibarrier");
+    return started(r, "barrier", "", 0, "");
+  }
+
+  /// Ends every process of the job (MPI_Abort on this communicator) with exit code `code`.
+  [[noreturn]] void abort(int code = 1) const noexcept {
+    MPI_Abort(state_->comm, code);
+    std::terminate();  // MPI_Abort does not return; should it, nothing else is safe
+  }
+
+ private:
+  /// Throws dist_error naming the collective, its sequence number and MPI's error string.
+  void check(int rc, const char* op, const char* call) const {
+    if (rc != MPI_SUCCESS) [[unlikely]]
+      detail::mpi_failure(rc, std::string("mpi_comm: ") + op + " #" +
+                                  std::to_string(state_->sequence) + " (" + call + ")");
+  }
+
+  template <class T>
+  MPI_Op mpi_op(reduce_op op) const noexcept {
+    if (op == reduce_op::sum) return MPI_SUM;
+    if constexpr (std::is_floating_point_v<T>) {
+      return state_->max_op;
+    } else {
+      return MPI_MAX;
+    }
+  }
+
+  static int checked_count(std::size_t n, const char* what) {
+    HONE_REQUIRE(n <= static_cast<std::size_t>(INT_MAX),
+                 std::string("hone::dist::mpi_comm::") + what + ": " + std::to_string(n) +
+                     " elements exceed MPI's int count; split the span into pieces of at most " +
+                     std::to_string(INT_MAX) + " elements");
+    return static_cast<int>(n);
+  }
+
+  template <class T>
+  static void require_disjoint(std::span<const T> in, std::span<const T> out, const char* what) {
+    const bool overlap = !in.empty() && !out.empty() && in.data() < out.data() + out.size() &&
+                         out.data() < in.data() + in.size();
+    HONE_REQUIRE(!overlap, std::string("hone::dist::mpi_comm::") + what +
+                               ": the input and output spans overlap; use separate slices");
+  }
+
+  request started(MPI_Request r, const char* op, const char* detail, std::size_t count,
+                  const char* type) {
+    return request(state_, r, op, detail, count, type, state_->sequence++);
+  }
+
+  std::shared_ptr<detail::mpi_state> state_;
+};
+
+static_assert(communicator<mpi_comm>);
+
+}  // namespace dist
+
+HONE_NAMESPACE_END

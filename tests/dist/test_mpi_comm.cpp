@@ -1,0 +1,248 @@
+// Tests of mpi_comm, run under mpirun with 2 and 3 ranks: every collective against an oracle each
+// rank computes alone (rank-dependent data whose reduction over the ranks is known in closed
+// form), with sizes that are not multiples of the rank count, empty spans, max's NaN and signed
+// zero rule, requests waited out of order, and argument checks.
+#define BOOST_TEST_MODULE hone_dist_mpi_comm
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <hone/dist/mpi/mpi_comm.hpp>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace hd = hone::dist;
+
+namespace {
+struct mpi_fixture {
+  hd::mpi_environment env;
+};
+
+// A failing check on one rank must not leave the others waiting for ever: 20 s, then an error.
+hd::mpi_comm make_comm() {
+  return hd::mpi_comm(MPI_COMM_WORLD, std::chrono::seconds(20));
+}
+
+// Exact in float and double: small multiples of 0.5.
+template <class T>
+T value(int rank, std::size_t i) {
+  return static_cast<T>(rank + 1) * (static_cast<T>(i % 13) + T(0.5));
+}
+template <class T>
+T sum_oracle(int size, std::size_t i) {
+  return static_cast<T>(size * (size + 1) / 2) * (static_cast<T>(i % 13) + T(0.5));
+}
+// max over r of ((i + 7 r) mod 11), computed by brute force.
+double max_oracle(int size, std::size_t i) {
+  double m = -1;
+  for (int r = 0; r < size; ++r) m = std::max(m, static_cast<double>((i + 7 * r) % 11));
+  return m;
+}
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(mpi_fixture);
+
+BOOST_AUTO_TEST_CASE(rank_and_size_agree_with_mpi) {
+  auto c = make_comm();
+  int r = -1, n = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  BOOST_TEST(c.rank() == r);
+  BOOST_TEST(c.size() == n);
+  BOOST_TEST(n >= 2);
+  std::vector<std::int32_t> one{1};
+  c.all_reduce(std::span<std::int32_t>(one), hd::reduce_op::sum).wait();
+  BOOST_TEST(one[0] == n);
+}
+
+template <class T>
+void check_sum(hd::mpi_comm& c, std::size_t n) {
+  std::vector<T> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = value<T>(c.rank(), i);
+  auto req = c.all_reduce(std::span<T>(x), hd::reduce_op::sum);
+  req.wait();
+  BOOST_TEST(req.test());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += x[i] != sum_oracle<T>(c.size(), i);
+  BOOST_TEST(wrong == 0u, "n = " << n);
+}
+
+BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
+  auto c = make_comm();
+  for (std::size_t n : {0u, 1u, 7u, 1000u, 4099u, 100003u}) {
+    check_sum<float>(c, n);
+    check_sum<double>(c, n);
+  }
+  std::vector<std::int64_t> big{std::int64_t{1} << 40};
+  c.all_reduce(std::span<std::int64_t>(big), hd::reduce_op::sum).wait();
+  BOOST_TEST(big[0] == (std::int64_t{1} << 40) * c.size());
+}
+
+BOOST_AUTO_TEST_CASE(all_reduce_max_with_nan_and_signed_zero) {
+  auto c = make_comm();
+  const std::size_t n = 1001;
+  std::vector<float> f(n);
+  std::vector<double> d(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    f[i] = static_cast<float>((i + 7 * static_cast<std::size_t>(c.rank())) % 11);
+    d[i] = static_cast<double>(f[i]) - 100.0;
+  }
+  const int last = c.size() - 1;
+  // Element 3: NaN on the last rank only; element 4: NaN on rank 0 only; element 5: +0 on rank 0,
+  // -0 elsewhere; element 6: -0 everywhere.
+  if (c.rank() == last) f[3] = d[3] = std::numeric_limits<float>::quiet_NaN();
+  if (c.rank() == 0) f[4] = d[4] = std::numeric_limits<float>::quiet_NaN();
+  f[5] = d[5] = c.rank() == 0 ? 0.0 : -0.0;
+  f[6] = d[6] = -0.0;
+  auto rf = c.all_reduce(std::span<float>(f), hd::reduce_op::max);
+  auto rd = c.all_reduce(std::span<double>(d), hd::reduce_op::max);
+  rd.wait();  // out of order
+  rf.wait();
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= 3 && i <= 6) continue;
+    wrong += f[i] != static_cast<float>(max_oracle(c.size(), i));
+    wrong += d[i] != max_oracle(c.size(), i) - 100.0;
+  }
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST(std::isnan(f[3]));
+  BOOST_TEST(std::isnan(d[3]));
+  BOOST_TEST(std::isnan(f[4]));
+  BOOST_TEST(std::isnan(d[4]));
+  BOOST_TEST((f[5] == 0.0f && !std::signbit(f[5])));
+  BOOST_TEST((d[5] == 0.0 && !std::signbit(d[5])));
+  BOOST_TEST((f[6] == 0.0f && std::signbit(f[6])));
+  // Every rank holds the same bits (NaNs included): gather rank 0's result and compare.
+  std::vector<float> root = f;
+  c.broadcast(std::span<float>(root), 0).wait();
+  BOOST_TEST(std::memcmp(root.data(), f.data(), n * sizeof(float)) == 0);
+  std::vector<std::int32_t> ints{c.rank(), -c.rank()};
+  c.all_reduce(std::span<std::int32_t>(ints), hd::reduce_op::max).wait();
+  BOOST_TEST(ints[0] == c.size() - 1);
+  BOOST_TEST(ints[1] == 0);
+}
+
+BOOST_AUTO_TEST_CASE(reduce_scatter_blocks) {
+  auto c = make_comm();
+  for (std::size_t m : {0u, 1u, 5u, 333u}) {
+    const std::size_t total = m * static_cast<std::size_t>(c.size());
+    std::vector<double> in(total);
+    for (std::size_t j = 0; j < total; ++j) in[j] = value<double>(c.rank(), j);
+    std::vector<double> out(m, -1.0);
+    c.reduce_scatter(std::span<const double>(in), std::span<double>(out), hd::reduce_op::sum)
+        .wait();
+    std::size_t wrong = 0;
+    for (std::size_t k = 0; k < m; ++k) {
+      wrong += out[k] != sum_oracle<double>(c.size(), static_cast<std::size_t>(c.rank()) * m + k);
+    }
+    BOOST_TEST(wrong == 0u, "m = " << m);
+    std::vector<float> inf(total), outf(m);
+    for (std::size_t j = 0; j < total; ++j) {
+      inf[j] = static_cast<float>((j + 7 * static_cast<std::size_t>(c.rank())) % 11);
+    }
+    c.reduce_scatter(std::span<const float>(inf), std::span<float>(outf), hd::reduce_op::max)
+        .wait();
+    wrong = 0;
+    for (std::size_t k = 0; k < m; ++k) {
+      wrong += outf[k] !=
+               static_cast<float>(max_oracle(c.size(), static_cast<std::size_t>(c.rank()) * m + k));
+    }
+    BOOST_TEST(wrong == 0u, "max, m = " << m);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(all_gather_blocks_and_in_place) {
+  auto c = make_comm();
+  const auto n = static_cast<std::size_t>(c.size());
+  for (std::size_t m : {0u, 1u, 3u, 1001u}) {
+    std::vector<float> in(m);
+    for (std::size_t k = 0; k < m; ++k) in[k] = static_cast<float>(c.rank() * 10000 + int(k));
+    std::vector<float> out(m * n, -1.0f);
+    c.all_gather(std::span<const float>(in), std::span<float>(out)).wait();
+    std::size_t wrong = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t k = 0; k < m; ++k) {
+        wrong += out[r * m + k] != static_cast<float>(static_cast<int>(r) * 10000 + int(k));
+      }
+    }
+    BOOST_TEST(wrong == 0u, "m = " << m);
+    // In place: this rank's block of the output is the input.
+    std::vector<double> buf(m * n, -1.0);
+    const std::size_t mine = static_cast<std::size_t>(c.rank()) * m;
+    for (std::size_t k = 0; k < m; ++k) buf[mine + k] = c.rank() + 0.25 * static_cast<double>(k);
+    c.all_gather(std::span<const double>(buf.data() + mine, m), std::span<double>(buf)).wait();
+    wrong = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t k = 0; k < m; ++k) {
+        wrong += buf[r * m + k] != static_cast<double>(r) + 0.25 * static_cast<double>(k);
+      }
+    }
+    BOOST_TEST(wrong == 0u, "in place, m = " << m);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_from_the_last_rank) {
+  auto c = make_comm();
+  const int root = c.size() - 1;
+  for (std::size_t n : {0u, 1u, 777u}) {
+    std::vector<double> x(n, -1.0);
+    if (c.rank() == root) {
+      for (std::size_t i = 0; i < n; ++i) x[i] = 1.5 * static_cast<double>(i);
+    }
+    c.broadcast(std::span<double>(x), root).wait();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += x[i] != 1.5 * static_cast<double>(i);
+    BOOST_TEST(wrong == 0u, "n = " << n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(barrier_and_sequence_numbers) {
+  auto c = make_comm();
+  auto a = c.barrier();
+  auto b = c.barrier();
+  BOOST_TEST(a.sequence() == 0u);
+  BOOST_TEST(b.sequence() == 1u);
+  b.wait();
+  BOOST_TEST(a.test());        // barriers complete in order
+  hd::mpi_comm::request done;  // default: complete
+  BOOST_TEST(done.test());
+  done.wait();
+}
+
+BOOST_AUTO_TEST_CASE(a_request_destroyed_unwaited_completes_first) {
+  auto c = make_comm();
+  std::vector<float> x(10000, 1.0f);
+  { auto r = c.all_reduce(std::span<float>(x), hd::reduce_op::sum); }  // destroyed: waits
+  BOOST_TEST(x[9999] == static_cast<float>(c.size()));
+}
+
+BOOST_AUTO_TEST_CASE(arguments_are_checked_before_anything_starts) {
+  auto c = make_comm();
+  std::vector<float> a(5), b(2);
+  BOOST_CHECK_THROW(
+      (void)c.reduce_scatter(std::span<const float>(a), std::span<float>(b), hd::reduce_op::sum),
+      hone::config_error);
+  BOOST_CHECK_THROW((void)c.all_gather(std::span<const float>(a), std::span<float>(b)),
+                    hone::config_error);
+  BOOST_CHECK_THROW((void)c.broadcast(std::span<float>(a), c.size()), hone::config_error);
+  std::vector<float> overlap(static_cast<std::size_t>(c.size()) * 2);
+  BOOST_CHECK_THROW(
+      (void)c.reduce_scatter(std::span<const float>(overlap),
+                             std::span<float>(overlap.data() + 1, 2), hd::reduce_op::sum),
+      hone::config_error);
+  BOOST_CHECK_THROW(c.set_timeout(std::chrono::milliseconds(0)), hone::config_error);
+  // Nothing was started: the next collective is #0 on every rank.
+  auto r = c.barrier();
+  BOOST_TEST(r.sequence() == 0u);
+  r.wait();
+}
+
+BOOST_AUTO_TEST_CASE(environment_reports_the_thread_level) {
+  // MPI is already initialized by the fixture: a second environment does not own it.
+  hd::mpi_environment again(hd::thread_level::single);
+  BOOST_TEST(!again.owns());
+  BOOST_TEST(static_cast<int>(again.provided()) >= static_cast<int>(hd::thread_level::serialized));
+}
