@@ -1,7 +1,9 @@
 # scripts/deps.sh: the one list of what hone's scripts need, and the function that installs it.
 # Sourced by scripts/test, scripts/demo, scripts/bench and scripts/gpu-bundle.
 
-# Debian packages (bookworm names).
+# Debian packages (bookworm names). libxsimd-dev is not a dependency of hone (no header uses
+# it): it is here only for bench_xsimd (bench/xsimd.cpp), the measurement behind that decision
+# (docs/install.md), which CMake builds only where xsimd is found.
 HONE_APT_PACKAGES=(
   cmake g++ make ccache git python3 python3-pip
   clang libclang-rt-14-dev
