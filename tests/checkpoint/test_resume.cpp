@@ -19,16 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "resume_data.hpp"
+
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
 namespace io = hone::io;
 
 namespace {
-struct batch {
-  std::vector<float> x;  // rows * dim
-  std::vector<float> y;
-  std::size_t count() const { return y.size(); }
-};
+using resume_data::batch;
+using resume_data::make_batch;
 
 // A two-layer model (dim -> hidden, tanh, -> 1) with squared error, in working type T.
 template <class T>
@@ -80,15 +79,6 @@ struct small_mlp {
     return loss;
   }
 };
-
-batch make_batch(std::uint64_t step) {
-  std::mt19937 rng(static_cast<unsigned>(1000 + step));
-  std::normal_distribution<float> n(0, 1);
-  batch b{std::vector<float>(16 * 6), std::vector<float>(16)};
-  for (auto& v : b.x) v = n(rng);
-  for (std::size_t r = 0; r < 16; ++r) b.y[r] = 0.7f * b.x[r * 6] - 0.3f * b.x[r * 6 + 3] + 0.1f;
-  return b;
-}
 
 template <class Precision>
 auto make_trainer(small_mlp<typename Precision::working_type>& m, Precision p) {

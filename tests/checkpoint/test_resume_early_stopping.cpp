@@ -29,15 +29,14 @@
 #include <string>
 #include <vector>
 
+#include "resume_data.hpp"
+
 namespace fs = std::filesystem;
 namespace ck = hone::checkpoint;
 
 namespace {
-struct batch {
-  std::vector<float> x;  // rows * dim
-  std::vector<float> y;
-  std::size_t count() const { return y.size(); }
-};
+using resume_data::batch;
+using resume_data::make_batch;
 
 // A two-layer fp32 model (dim -> hidden, tanh, -> 1) with squared error, its parameters in one
 // block laid out like the trainer's arena (so the master weights are the model's own).
@@ -93,15 +92,6 @@ struct small_mlp {
     return loss;
   }
 };
-
-batch make_batch(std::uint64_t step) {
-  std::mt19937 rng(static_cast<unsigned>(1000 + step));
-  std::normal_distribution<float> n(0, 1);
-  batch b{std::vector<float>(16 * 6), std::vector<float>(16)};
-  for (auto& v : b.x) v = n(rng);
-  for (std::size_t r = 0; r < 16; ++r) b.y[r] = 0.7f * b.x[r * 6] - 0.3f * b.x[r * 6 + 3] + 0.1f;
-  return b;
-}
 
 constexpr std::uint64_t check_every = 5;
 constexpr std::uint64_t limit = 400;
