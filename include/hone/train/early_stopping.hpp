@@ -258,16 +258,7 @@ inline std::optional<stop_reason> stop_reason_from_string(std::string_view name)
 class early_stopping {
  public:
   /// Throws hone::config_error for a negative or non-finite min_delta or a non-finite threshold.
-  explicit early_stopping(early_stopping_options options = {}) : options_(options) {
-    HONE_REQUIRE(
-        std::isfinite(options_.min_delta) && options_.min_delta >= 0.0,
-        "hone::early_stopping: min_delta must be a finite number >= 0 (how much better than "
-        "the best value a metric must be to count as an improvement), got " +
-            detail::early_stopping_number(options_.min_delta) + ".");
-    HONE_REQUIRE(!options_.stopping_threshold || std::isfinite(*options_.stopping_threshold),
-                 "hone::early_stopping: stopping_threshold must be finite (or unset).");
-    HONE_REQUIRE(!options_.divergence_threshold || std::isfinite(*options_.divergence_threshold),
-                 "hone::early_stopping: divergence_threshold must be finite (or unset).");
+  explicit early_stopping(early_stopping_options options = {}) : options_(checked(options)) {
     reset();
   }
 
@@ -416,6 +407,20 @@ class early_stopping {
   }
 
  private:
+  // The options' checks, on the caller's copy (out of line: g++ -O1 with sanitizers reads the
+  // optional thresholds of a member under construction as maybe-uninitialized).
+  [[gnu::noinline]] static early_stopping_options checked(const early_stopping_options& o) {
+    HONE_REQUIRE(
+        std::isfinite(o.min_delta) && o.min_delta >= 0.0,
+        "hone::early_stopping: min_delta must be a finite number >= 0 (how much better than "
+        "the best value a metric must be to count as an improvement), got " +
+            detail::early_stopping_number(o.min_delta) + ".");
+    HONE_REQUIRE(!o.stopping_threshold || std::isfinite(*o.stopping_threshold),
+                 "hone::early_stopping: stopping_threshold must be finite (or unset).");
+    HONE_REQUIRE(!o.divergence_threshold || std::isfinite(*o.divergence_threshold),
+                 "hone::early_stopping: divergence_threshold must be finite (or unset).");
+    return o;
+  }
   // a is strictly better than b.
   [[nodiscard]] bool better(double a, double b) const noexcept {
     return options_.mode == monitor_mode::min ? a < b : a > b;
