@@ -28,6 +28,16 @@ BOOST_AUTO_TEST_CASE(temp_siblings_carry_the_writer_pid) {
   BOOST_TEST(io::temp_owner(".tmp-x-12a") == -1);
   BOOST_TEST(io::temp_owner(".tmp-x-") == -1);
   BOOST_TEST(io::temp_owner("4242") == -1);
+  // Only names temp_sibling() makes: a step number with no pid is no temporary of process 1
+  // (init always runs, so a cleaner would keep such a name forever), nor are leading zeros, a
+  // missing name before the pid, or another prefix.
+  BOOST_TEST(io::temp_owner(".tmp-step-000000001") == -1);
+  BOOST_TEST(io::temp_owner(".tmp-x-0") == -1);
+  BOOST_TEST(io::temp_owner(".tmp-x-04242") == -1);
+  BOOST_TEST(io::temp_owner(".tmp--4242") == -1);
+  BOOST_TEST(io::temp_owner("step-4242") == -1);
+  BOOST_TEST(io::temp_owner(".tmp-x-99999999999999999999999") == -1);
+  BOOST_TEST(!io::temp_owner_alive(".tmp-step-000000001"));
 }
 
 BOOST_AUTO_TEST_CASE(temp_owner_alive_tells_live_writers_from_dead_ones) {

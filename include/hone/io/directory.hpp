@@ -48,14 +48,20 @@ inline constexpr std::string_view temp_prefix = ".tmp-";
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
-/// The pid at the end of a temporary name (".tmp-...-4242" gives 4242), or -1 when the name does
-/// not end with "-<digits>".
+/// The pid at the end of a temporary name (".tmp-...-4242" gives 4242), or -1 when the name is
+/// not one that temp_sibling() makes: it must start with ".tmp-", have something between that
+/// prefix and the last '-', and end with a pid written as temp_sibling() writes it (decimal
+/// digits, positive, no leading zero). So ".tmp-step-000000001", a step number and no pid, is no
+/// temporary of process 1 (which always runs, and would keep it forever).
 [[nodiscard]] inline long temp_owner(std::string_view name) noexcept {
+  if (!name.starts_with(temp_prefix)) return -1;
   const auto dash = name.rfind('-');
-  if (dash == std::string_view::npos) return -1;
+  if (dash == std::string_view::npos || dash < temp_prefix.size() + 1) return -1;
+  const std::string_view digits = name.substr(dash + 1);
+  if (digits.empty() || digits.front() == '0') return -1;
   long pid = -1;
-  const auto [end, ec] = std::from_chars(name.data() + dash + 1, name.data() + name.size(), pid);
-  if (ec != std::errc{} || end != name.data() + name.size()) return -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  if (ec != std::errc{} || end != digits.data() + digits.size() || pid <= 0) return -1;
   return pid;
 }
 
