@@ -6,7 +6,13 @@ a state dict {"t<i>": 1-D tensor}).
   ckpt_save_1G_{tmpfs,disk}  save_file(sd, path), then open + os.fsync + close (fsync included,
                              as hone's write_tensors and the limit do); the file is removed
                              between repetitions (untimed).
-  ckpt_load_1G_{tmpfs,disk}  load_file(path) (new CPU tensors). Cache-warm, as hone's.
+  ckpt_load_1G_{tmpfs,disk}  load_file(path), then each tensor copied into the state dict's own
+                             tensor (what model.load_state_dict(load_file(path)) does). Cache-warm,
+                             as hone's. load_file alone returns CPU tensors over the mapped file
+                             and reads no byte until someone touches them; hone's load copies
+                             every byte into the caller's memory, so the copy is what makes the
+                             two the same work (and the row comparable with the limit, a read()
+                             of the whole file).
 
 Same destinations, options and result format as bench/peers/torch_checkpoint.py.
 The workload loop is bench/peers/_common/checkpoint.py's, shared with the other checkpoint peer.
@@ -34,10 +40,15 @@ def make_ops(torch):
         finally:
             os.close(fd)
 
-    def load(path):
-        return load_file(str(path))
+    def load(path, sd):
+        loaded = load_file(str(path))
+        with torch.no_grad():
+            for name, t in loaded.items():
+                sd[name].copy_(t)
+        return sd
 
-    what = f"safetensors {safetensors.__version__}: save_file (+ fsync) / load_file"
+    what = (f"safetensors {safetensors.__version__}: save_file (+ fsync) / load_file + copy into "
+            "the state dict")
     return save, load, what, ".safetensors"
 
 

@@ -5,7 +5,10 @@ bench_checkpoint (1 GiB of fp32 in the model-like mix `bench_checkpoint
 
   ckpt_save_1G_{tmpfs,disk}  save(sd, path), fsync included; the file is removed between calls
                              (untimed).
-  ckpt_load_1G_{tmpfs,disk}  load(path) (new tensors). The page cache is not dropped: cache-warm.
+  ckpt_load_1G_{tmpfs,disk}  load(path, sd): the peer's load; sd is the state dict the file was
+                             written from (a peer that copies into existing tensors, as
+                             load_state_dict does, copies into it). Cache-warm: the page cache
+                             is not dropped.
 
 Destinations: /dev/shm (tmpfs) and build/bench/tmp (disk; HONE_BENCH_DISK_DIR overrides), as
 bench_checkpoint.
@@ -25,7 +28,7 @@ WORKLOADS = ("ckpt_save_1G_tmpfs", "ckpt_load_1G_tmpfs", "ckpt_save_1G_disk", "c
 
 def run_peer(impl: str, make_ops: Callable, doc: str | None, argv: list[str]) -> int:
     """Runs the selected workloads with the operations make_ops(torch) returns: (save(sd, path)
-    with fsync, load(path), the peer's description, the file extension). When torch or the
+    with fsync, load(path, sd), the peer's description, the file extension). When torch or the
     peer's package cannot be imported (make_ops raises), writes unavailable records. With
     --serve, answers bench/driver.py's requests (see bench/peers/_common)."""
     args = parser(doc).parse_args(argv)
@@ -72,7 +75,7 @@ def run_peer(impl: str, make_ops: Callable, doc: str | None, argv: list[str]) ->
             path = d / ("load" + ext)
             if not path.exists():
                 save(sd, path)
-            sample = repeat_each(lambda: load(path), lambda: None, args.min_time)
+            sample = repeat_each(lambda: load(path, sd), lambda: None, args.min_time)
             kind = "load (page cache warm)"
 
         def record(times: list[float]) -> dict:
