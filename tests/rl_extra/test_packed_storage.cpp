@@ -4,8 +4,10 @@
 // reference, bit-identical batches, keys and weights for the same adds (single adds, batches,
 // batches larger than the buffer, wraps) and seeds under the uniform, the prioritized (16-ary
 // and binary), the n-step and the many_writers buffers; every slot read back identical too. Bad
-// capacities are config_errors. That save_replay_buffer refuses a packed buffer is the
-// compile-fail test cf_packed_storage_save (packed_storage_save.cpp).
+// capacities are config_errors; read_field/write_field copy one field of a run of slots out and
+// in, the same bytes from either storage, and refuse ranges outside the buffer with a sentence.
+// Saving and loading packed buffers: test_rl_extra_replay_io. That for_each_column refuses a
+// packed buffer is the compile-fail test cf_packed_for_each_column (packed_for_each_column.cpp).
 #define BOOST_TEST_MODULE hone_rl_extra_packed_storage
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
@@ -231,4 +233,56 @@ BOOST_AUTO_TEST_CASE(bad_capacities_are_config_errors) {
                         hone::config_error, [](const hone::config_error& e) {
                           return contains_text(e.what(), "overflows the addressable size");
                         });
+}
+
+BOOST_AUTO_TEST_CASE(read_field_and_write_field_move_one_field_of_a_run_of_slots) {
+  hone::replay_buffer<step, hone::ring_storage> ring(10);
+  hone::replay_buffer<step, hone::packed_storage> packed(10);
+  for (std::uint64_t k = 0; k < 13; ++k) {  // wrapped: slot s holds key s + 10 for s < 3
+    ring.add(record_for(k));
+    packed.add(record_for(k));
+  }
+  // Field 2 ("reward", 4 bytes) of slots 1..4 from both storages: the records' values.
+  std::vector<std::byte> a(4 * 4), b(4 * 4);
+  ring.read_field(2, 1, a);
+  packed.read_field(2, 1, b);
+  BOOST_TEST((a == b));
+  float rewards[4];
+  std::memcpy(rewards, b.data(), sizeof rewards);
+  for (std::size_t s = 1; s < 5; ++s) {
+    const std::uint64_t key = s < 3 ? s + 10 : s;
+    BOOST_TEST(rewards[s - 1] == hone::get<"reward">(record_for(key)));
+  }
+  // Field 3 ("next_obs", 16 bytes) of slots 7..9 written into the packed records, read back, and
+  // the other fields of those slots and the neighbouring slots untouched.
+  std::vector<std::byte> obs(3 * 16);
+  for (std::size_t i = 0; i < obs.size(); ++i) obs[i] = static_cast<std::byte>(i + 1);
+  packed.write_field(3, 7, obs);
+  std::vector<std::byte> back(3 * 16);
+  packed.read_field(3, 7, back);
+  BOOST_TEST((back == obs));
+  bool others_kept = true;
+  for (std::size_t s = 0; s < 10; ++s) {
+    record r{}, want = record_for(s < 3 ? s + 10 : s);
+    packed.storage().read(s, r);
+    if (s >= 7) {
+      std::memcpy(hone::get<"next_obs">(want).data(), obs.data() + (s - 7) * 16, 16);
+    }
+    others_kept = others_kept && same_records<step>(r, want);
+  }
+  BOOST_TEST(others_kept, "write_field changed bytes outside its field and slots");
+  // Out of range: a sentence, nothing copied.
+  std::vector<std::byte> two(2 * 4);
+  const auto refused = [](auto&& f, const std::string& part) {
+    try {
+      f();
+    } catch (const hone::config_error& e) {
+      return contains_text(e.what(), part);
+    }
+    return false;
+  };
+  BOOST_TEST(refused([&] { packed.read_field(7, 0, two); }, "field 7 does not exist"));
+  BOOST_TEST(refused([&] { packed.read_field(2, 9, two); }, "within the capacity 10"));
+  BOOST_TEST(refused([&] { ring.write_field(2, 0, std::span<const std::byte>(two).first(6)); },
+                     "whole items of 4"));
 }

@@ -18,16 +18,17 @@
 //   columns cost one per field (6 for CartPole). sample(256) from 2^20 CartPole items: see
 //   docs/benchmarks.md ("Replay buffers").
 // - ring_storage (the default) for large fields (images, long vectors: a field of many lines
-//   costs the same misses in either layout, and the columns copy it as one run), for work that
-//   reads one field over many items (a column is contiguous), and for buffers saved with
-//   hone::save_replay_buffer: that format is one tensor per field, written straight from the
-//   columns. A packed buffer has no per-field arrays, so save_replay_buffer/load_replay_buffer
-//   (and replay_buffer::for_each_column) do not compile with it (a static_assert says so);
-//   hone/rl/replay_io.hpp's writer keeps views of the arrays it is given until the file is
-//   written, so the columns cannot be made up on the fly.
+//   costs the same misses in either layout, and the columns copy it as one run) and for work
+//   that reads one field over many items (a column is contiguous; replay_buffer::for_each_column
+//   needs columns and does not compile with packed records: a static_assert says so).
+// Both save and load with hone::save_replay_buffer/load_replay_buffer in one format (one tensor
+// per field): a packed buffer's save gathers each field out of the records through read_field()
+// into a reused staging buffer of at most 1 MiB, its load scatters each tensor back with
+// write_field(); a save of either storage loads into the other (hone/rl/replay_io.hpp).
 //
 // Storage interface: the one of hone/rl/ring_storage.hpp (S(capacity), write, write_rows, read,
-// prefetch, gather), but not for_each_array; records() gives the raw records.
+// prefetch, gather, read_field, write_field), but not for_each_array; records() gives the raw
+// records.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,6 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <type_traits>
 
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"
@@ -152,14 +152,30 @@ class packed_records {
     return std::span<const std::byte>(records_.data(), records_.size_bytes());
   }
 
-  /// Not available: the records hold no per-field arrays (see the top of this header).
-  template <class F>
-  void for_each_array(F&&) {
-    static_assert(!std::is_same_v<F, F>,  // false, but only when instantiated
-                  "hone::packed_storage keeps each transition's fields together in one record, "
-                  "so it has no per-field columns to save: hone::save_replay_buffer, "
-                  "load_replay_buffer and replay_buffer::for_each_column need "
-                  "hone::ring_storage (the default storage).");
+  /// Copies field `field` (its index in declaration order) of slots [first, first + n) into
+  /// `out`, n = out.size() / the field's bytes, one row after the other (what the column of a
+  /// hone::ring_storage holds there): how hone::save_replay_buffer writes one tensor per field.
+  void read_field(std::size_t field, std::size_t first, std::span<std::byte> out) const noexcept {
+    Transition::for_each_field([&](auto i) {
+      if (i != field) return;
+      constexpr std::size_t bytes = Transition::template field_at<i>::bytes;
+      const std::byte* from = records_.data() + first * stride + layout::template offset<i>();
+      for (std::size_t k = 0; k < out.size() / bytes; ++k, from += stride) {
+        std::memcpy(out.data() + k * bytes, from, bytes);
+      }
+    });
+  }
+  /// Copies `in` (rows of field `field`, as read_field gives them) into slots [first, first + n):
+  /// how hone::load_replay_buffer scatters a saved tensor back into the records.
+  void write_field(std::size_t field, std::size_t first, std::span<const std::byte> in) noexcept {
+    Transition::for_each_field([&](auto i) {
+      if (i != field) return;
+      constexpr std::size_t bytes = Transition::template field_at<i>::bytes;
+      std::byte* to = records_.data() + first * stride + layout::template offset<i>();
+      for (std::size_t k = 0; k < in.size() / bytes; ++k, to += stride) {
+        std::memcpy(to, in.data() + k * bytes, bytes);
+      }
+    });
   }
 
  private:

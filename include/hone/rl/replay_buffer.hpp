@@ -64,6 +64,23 @@ concept persistent_replay_storage = requires {
   { S::persistent } -> std::convertible_to<bool>;
 }
 &&S::persistent;
+
+// Whether storage S keeps one array per field (for_each_array: hone::ring_storage's columns).
+struct column_probe {
+  void operator()(std::string_view, std::span<std::byte>) const noexcept {}
+};
+template <class S>
+concept column_replay_storage = requires(S& s) {
+  s.for_each_array(column_probe{});
+};
+// Whether storage S copies one field of a run of slots out and in (every in-memory storage).
+template <class S>
+concept field_copy_replay_storage = requires(S& s, const S& cs, std::size_t n,
+                                             std::span<std::byte> out,
+                                             std::span<const std::byte> in) {
+  cs.read_field(n, n, out);
+  s.write_field(n, n, in);
+};
 }  // namespace detail
 
 struct replay_state {
@@ -96,6 +113,9 @@ class replay_buffer {
   static constexpr bool is_prioritized = sampler_type::is_prioritized;
   /// Whether add() keeps per-stream state (n-step windows).
   static constexpr bool windowed = !std::is_same_v<window_type, one_step_window<Transition>>;
+  /// Whether the storage keeps one array per field (hone::ring_storage), so that
+  /// for_each_column() works; a storage of packed records (hone::packed_storage) does not.
+  static constexpr bool has_columns = detail::column_replay_storage<storage_type>;
   /// Whether the storage outlives the process (hone::mmap_storage): reopened on construction.
   static constexpr bool persistent = detail::persistent_replay_storage<storage_type>;
   static_assert(!(concurrent && persistent),
@@ -360,10 +380,46 @@ class replay_buffer {
     return sampler_.tree().leaves();
   }
   /// f(name, std::span<std::byte>) for every column of the storage: a checkpoint reads the bytes
-  /// to save them and writes them back to restore.
+  /// to save them and writes them back to restore. Only for a storage with one array per field
+  /// (has_columns: hone::ring_storage); read_field()/write_field() work with every in-memory
+  /// storage.
   template <class F>
   void for_each_column(F&& f) {
-    storage_.for_each_array(std::forward<F>(f));
+    static_assert(has_columns,
+                  "hone::replay_buffer::for_each_column: this buffer's storage keeps each "
+                  "transition in one packed record (hone::packed_storage), so it has no per-field "
+                  "columns; name hone::ring_storage among the buffer's policies "
+                  "(hone::replay_buffer<T, hone::ring_storage, ...>) to get columns, or copy a "
+                  "field out and in with read_field()/write_field(), which every in-memory storage "
+                  "supports.");
+    if constexpr (has_columns) storage_.for_each_array(std::forward<F>(f));
+  }
+  /// Copies field `field` (its index in declaration order) of slots [first, first + n) into `out`,
+  /// n = out.size() / the field's bytes per item: the rows one after the other, as a
+  /// hone::ring_storage column holds them, whatever the in-memory storage (what
+  /// hone::save_replay_buffer writes). Takes no lock, like priorities(): call it in with_snapshot's
+  /// f or with the writers stopped. config_error for a field or slot range out of bounds, or a
+  /// size that is not whole items.
+  void read_field(std::size_t field, std::size_t first, std::span<std::byte> out)
+      const requires detail::field_copy_replay_storage<storage_type> {
+    check_field_range("read_field", field, first, out.size());
+    if (!out.empty()) storage_.read_field(field, first, out);
+  }
+  /// Copies `in` (items of field `field`, as read_field() gives them) into slots
+  /// [first, first + n): what hone::load_replay_buffer does before restore(). Takes no lock; no
+  /// writer may run meanwhile. config_error as for read_field().
+  void write_field(std::size_t field, std::size_t first, std::span<const std::byte> in) requires
+      detail::field_copy_replay_storage<storage_type> {
+    check_field_range("write_field", field, first, in.size());
+    if (!in.empty()) storage_.write_field(field, first, in);
+  }
+  /// Bytes per item of field `field` (declaration order); 0 past the last field.
+  [[nodiscard]] static constexpr std::size_t field_bytes(std::size_t field) noexcept {
+    std::size_t bytes = 0;
+    Transition::for_each_field([&](auto i) {
+      if (i == field) bytes = Transition::template field_at<i>::bytes;
+    });
+    return bytes;
   }
   /// Restores positions, RNG and priorities after the columns were written back
   /// (for_each_column). Every stored item is published; the sum tree is rebuilt in O(N).
@@ -400,6 +456,20 @@ class replay_buffer {
  private:
   static constexpr std::uint64_t empty_tag = ~std::uint64_t{0};
   static constexpr std::uint64_t busy_tag = ~std::uint64_t{0} - 1;
+
+  void check_field_range(const char* what, std::size_t field, std::size_t first,
+                         std::size_t bytes) const {
+    const std::size_t item = field_bytes(field);
+    if (item == 0 || bytes % item != 0 || first > capacity_ || bytes / item > capacity_ - first) {
+      throw config_error(
+          std::string("hone::replay_buffer::") + what + ": field " + std::to_string(field) +
+          (item == 0 ? " does not exist (the transition has " +
+                           std::to_string(Transition::field_count) + " fields)"
+                     : ", slots from " + std::to_string(first) + ", " + std::to_string(bytes) +
+                           " bytes: the bytes must be whole items of " + std::to_string(item) +
+                           " and the slots within the capacity " + std::to_string(capacity_)));
+    }
+  }
 
   // S(capacity, policy) for storages configured by their policy, S(capacity) for the others.
   template <class P>

@@ -47,8 +47,16 @@
 //   (hone::replay_buffer::with_snapshot): writers that start meanwhile wait, so the saved data is a
 //   consistent snapshot and nothing in flight is lost or half-saved. Loading needs the writers
 //   stopped: it refuses (config_error) while a write is in flight.
-// - Storages: columns come from the storage's for_each_array (the in-memory ring). A buffer on
-//   hone::mmap_storage is its own file on disk and is not saved this way (a compile error).
+// - Storages: both in-memory storages save to the same file, and a save of either loads into
+//   either (hone::ring_storage <-> hone::packed_storage). Columns (ring_storage) are written
+//   straight from the storage's arrays (for_each_array) and read back into them. Packed records
+//   (packed_storage) have no per-field arrays: the save gathers each field out of the records
+//   into one reused staging buffer of at most 1 MiB (detail::replay_staging_bytes; one item of
+//   the largest field if that is larger), writes it and gathers the next piece, so its temporary
+//   memory is that buffer, not a copy of the data; the load scatters each tensor from the mapped
+//   file into the records (a compressed columns file, which save never writes, costs one
+//   tensor's size of staging). A buffer on hone::mmap_storage is its own file on disk and is not
+//   saved this way (a compile error).
 #pragma once
 
 #include <algorithm>
@@ -212,6 +220,61 @@ inline replay_saved_state parse_replay_state(const std::filesystem::path& path) 
   return out;
 }
 
+// The largest staging piece of a save from a storage without per-field arrays (packed records):
+// each field is gathered out of the records into one reused buffer of at most this many bytes
+// (rounded down to whole items; one item when an item is larger), written, and gathered again.
+inline constexpr std::size_t replay_staging_bytes = std::size_t{1} << 20;
+
+// Writes columns.safetensors of a buffer whose storage has no per-field arrays: byte for byte the
+// file the column path writes (a checkpoint::tensor_writer with the fields added in order, file
+// order by element size, largest first, then as added), the data gathered field by field through
+// Buffer::read_field in pieces of at most replay_staging_bytes. Returns its size and XXH3-128.
+template <class Buffer>
+io::file_digest write_gathered_columns(const Buffer& buffer,
+                                       const std::vector<replay_field_desc>& fields,
+                                       const std::filesystem::path& path) {
+  const std::uint64_t capacity = buffer.capacity();
+  std::vector<checkpoint::tensor_info> infos;
+  std::vector<std::size_t> field_of;  // file position -> field index
+  for (std::size_t i = 0; i < fields.size(); ++i) field_of.push_back(i);
+  std::stable_sort(field_of.begin(), field_of.end(), [&](std::size_t a, std::size_t b) {
+    return io::dtype_size(fields[a].type) > io::dtype_size(fields[b].type);
+  });
+  std::uint64_t offset = 0;
+  std::size_t largest = 0;
+  for (const std::size_t i : field_of) {
+    const replay_field_desc& f = fields[i];
+    // The name checks of checkpoint::tensor_writer::add (the field names are the tensor names).
+    HONE_REQUIRE(!f.name.empty() && f.name != "__metadata__" && io::json::is_valid_utf8(f.name),
+                 "hone::save_replay_buffer: the field name '" + f.name +
+                     "' cannot name a safetensors tensor (empty, \"__metadata__\" or not UTF-8); "
+                     "rename the field");
+    checkpoint::shape_type shape{capacity};
+    shape.insert(shape.end(), f.shape.begin(), f.shape.end());
+    const std::size_t item = Buffer::field_bytes(i);
+    largest = std::max(largest, item);
+    const std::uint64_t bytes = capacity * item;
+    infos.push_back({f.name, f.type, std::move(shape), offset, offset + bytes});
+    offset += bytes;
+  }
+  const std::string prefix = checkpoint::detail::safetensors_prefix(infos, {});
+  std::vector<std::byte> staging(std::max(replay_staging_bytes / largest * largest, largest));
+  io::output_file out(path);
+  out.write(std::string_view(prefix));
+  for (const std::size_t i : field_of) {
+    const std::size_t item = Buffer::field_bytes(i);
+    const std::size_t per_piece = staging.size() / item;
+    for (std::uint64_t first = 0; first < capacity; first += per_piece) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(per_piece, capacity - first));
+      const std::span<std::byte> piece = std::span(staging).first(n * item);
+      buffer.read_field(i, static_cast<std::size_t>(first), piece);
+      out.write(std::span<const std::byte>(piece));
+    }
+  }
+  out.sync();
+  return out.close();
+}
+
 // Moves the finished temporary directory into place (see the top of this file): the checkpoint
 // commit, which exchanges it atomically with a previous save.
 inline void commit_replay_dir(checkpoint::pending_checkpoint& pending,
@@ -230,6 +293,11 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
   static_assert(detail::replay_saveable_v<Buffer>,
                 "hone::save_replay_buffer: this buffer's storage is hone::mmap_storage, which "
                 "lives in its own file; call buffer.commit() to make it durable instead.");
+  static_assert(
+      Buffer::has_columns || detail::field_copy_replay_storage<typename Buffer::storage_type>,
+      "hone::save_replay_buffer: this buffer's storage has neither one array per field "
+      "(for_each_array) nor read_field/write_field; give it one of them (the storage "
+      "interface is listed at the top of hone/rl/ring_storage.hpp).");
   using Transition = typename Buffer::transition_type;
   HONE_REQUIRE(!dir.empty(), "hone::save_replay_buffer: the directory path is empty");
   if (buffer.pending() > 0) {
@@ -257,22 +325,30 @@ void save_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
   const std::uint64_t capacity = buffer.capacity();
   checkpoint::pending_checkpoint pending(detail::replay_parent(dir) / detail::replay_dir_name(dir));
   buffer.with_snapshot([&](const replay_state& s) {
-    // Columns: the storage's arrays, one per field, in field order.
-    checkpoint::tensor_writer columns;
-    std::size_t index = 0;
-    buffer.for_each_column([&](std::string_view name, std::span<std::byte> bytes) {
+    if constexpr (Buffer::has_columns) {
+      // Columns: the storage's arrays, one per field, in field order, written without a copy.
+      checkpoint::tensor_writer columns;
+      std::size_t index = 0;
+      buffer.for_each_column([&](std::string_view name, std::span<std::byte> bytes) {
+        HONE_REQUIRE(
+            index < fields.size() && name == fields[index].name,
+            "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
+        const replay_field_desc& f = fields[index++];
+        checkpoint::shape_type shape{capacity};
+        shape.insert(shape.end(), f.shape.begin(), f.shape.end());
+        columns.add(f.name, f.type, std::move(shape), bytes);
+      });
       HONE_REQUIRE(
-          index < fields.size() && name == fields[index].name,
+          index == fields.size(),
           "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
-      const replay_field_desc& f = fields[index++];
-      checkpoint::shape_type shape{capacity};
-      shape.insert(shape.end(), f.shape.begin(), f.shape.end());
-      columns.add(f.name, f.type, std::move(shape), bytes);
-    });
-    HONE_REQUIRE(index == fields.size(),
-                 "hone::save_replay_buffer: the storage's arrays are not the transition's columns");
-    pending.add(std::string(replay_files::columns),
-                checkpoint::write_tensors(columns, pending.file(replay_files::columns)));
+      pending.add(std::string(replay_files::columns),
+                  checkpoint::write_tensors(columns, pending.file(replay_files::columns)));
+    } else {
+      // Packed records: the same file, each field gathered out of the records piece by piece.
+      pending.add(
+          std::string(replay_files::columns),
+          detail::write_gathered_columns(buffer, fields, pending.file(replay_files::columns)));
+    }
 
     if constexpr (Buffer::is_prioritized) {
       checkpoint::tensor_writer pw;
@@ -313,6 +389,11 @@ void load_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
   static_assert(detail::replay_saveable_v<Buffer>,
                 "hone::load_replay_buffer: this buffer's storage is hone::mmap_storage, which "
                 "reopens from its own file when the buffer is constructed.");
+  static_assert(
+      Buffer::has_columns || detail::field_copy_replay_storage<typename Buffer::storage_type>,
+      "hone::load_replay_buffer: this buffer's storage has neither one array per field "
+      "(for_each_array) nor read_field/write_field; give it one of them (the storage "
+      "interface is listed at the top of hone/rl/ring_storage.hpp).");
   using Transition = typename Buffer::transition_type;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -438,10 +519,27 @@ void load_replay_buffer(Buffer& buffer, const std::filesystem::path& dir) {
   }
 
   // 6. Everything checked: write the columns and restore the state.
-  std::size_t index = 0;
-  buffer.for_each_column([&](std::string_view /*name*/, std::span<std::byte> bytes) {
-    columns.read(*tensors[index++], bytes);
-  });
+  if constexpr (Buffer::has_columns) {
+    std::size_t index = 0;
+    buffer.for_each_column([&](std::string_view /*name*/, std::span<std::byte> bytes) {
+      columns.read(*tensors[index++], bytes);
+    });
+  } else {
+    // Packed records: each tensor scattered into the records, straight from the mapped file (a
+    // compressed file, which hone's save does not write, is decompressed one tensor at a time).
+    std::vector<std::byte> staging;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      std::span<const std::byte> data;
+      if (const checkpoint::safetensors_file* plain = columns.plain()) {
+        data = plain->data(*tensors[i]);
+      } else {
+        staging.resize(static_cast<std::size_t>(tensors[i]->size_bytes()));
+        columns.read(*tensors[i], staging);
+        data = staging;
+      }
+      buffer.write_field(i, 0, data);
+    }
+  }
   buffer.restore(saved.state, std::span<const float>(priorities));
 }
 

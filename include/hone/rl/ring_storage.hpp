@@ -7,7 +7,10 @@
 // Storage interface (what hone::replay_buffer asks of a storage, so other storages can plug in):
 //   explicit S(std::size_t capacity)
 //   capacity(), write(slot, record), write_rows(slot, batch, row, n), read(slot, record&),
-//   prefetch(slots), gather(slots, batch) and for_each_array(f(name, std::span<std::byte>)).
+//   prefetch(slots), gather(slots, batch), read_field(field, first, out) and write_field(field,
+//   first, in) (one field of a run of slots, for hone::save_replay_buffer/load_replay_buffer), and,
+//   for a storage that keeps one array per field, for_each_array(f(name, std::span<std::byte>))
+//   (hone::replay_buffer::for_each_column; the save then writes the arrays without a copy).
 #pragma once
 
 #include <cstddef>
@@ -111,6 +114,29 @@ class ring_columns {
       for (std::size_t r = 0; r < slots.size(); ++r) {
         std::memcpy(dst + r * F::count, col + slots[r] * F::count, F::bytes);
       }
+    });
+  }
+
+  /// Copies field `field` (its index in declaration order) of slots [first, first + n) into
+  /// `out`, n = out.size() / the field's bytes: the rows as they lie in the column.
+  void read_field(std::size_t field, std::size_t first, std::span<std::byte> out) const noexcept {
+    Transition::for_each_field([&](auto i) {
+      if (i != field) return;
+      const auto& col = std::get<i>(columns_);
+      std::memcpy(out.data(),
+                  reinterpret_cast<const std::byte*>(col.data()) +
+                      first * Transition::template field_at<i>::bytes,
+                  out.size());
+    });
+  }
+  /// Copies `in` (rows of field `field`, as read_field gives them) into slots [first, first + n).
+  void write_field(std::size_t field, std::size_t first, std::span<const std::byte> in) noexcept {
+    Transition::for_each_field([&](auto i) {
+      if (i != field) return;
+      auto& col = std::get<i>(columns_);
+      std::memcpy(reinterpret_cast<std::byte*>(col.data()) +
+                      first * Transition::template field_at<i>::bytes,
+                  in.data(), in.size());
     });
   }
 
