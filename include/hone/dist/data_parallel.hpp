@@ -351,6 +351,22 @@ class data_parallel {
   state_type s_;
 };
 
+namespace dist {
+
+/// Makes every rank's trainer start from the root's weights, as PyTorch DDP broadcasts the
+/// parameters at construction: the root's fp32 master weights are broadcast over `comm` and cast
+/// into each rank's model (trainer::publish_weights). Call it once after building the trainers,
+/// before the first step (and after restoring a checkpoint on the root only). Host trainers.
+template <class Trainer, class Comm>
+void broadcast_weights(Trainer& trainer, Comm& comm, int root = 0) {
+  static_assert(check_communicator<Comm>());
+  std::span<float> w = trainer.master_weights();
+  comm.broadcast(w, root).wait();
+  trainer.publish_weights();
+}
+
+}  // namespace dist
+
 template <class Comm>
 data_parallel(Comm&) -> data_parallel<Comm>;
 template <class Comm>
