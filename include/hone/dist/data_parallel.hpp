@@ -3,8 +3,10 @@
 //
 //   hone::dist::mpi_environment env(argc, argv);
 //   hone::dist::mpi_comm comm;                                  // outlives the trainer
-//   hone::trainer t(model, hone::fp16_mixed<>{}, hone::adamw{}, hone::clip_grad_norm{1.0f},
+//   hone::trainer t(model, hone::fp16_mixed<>{}, hone::adamw{},
+//                   hone::clip_grad_norm{.max_norm = 1.0f},
 //                   hone::data_parallel(comm));                 // default: 25 MiB, average
+//   hone::dist::broadcast_weights(t, comm);                     // rank 0's weights everywhere
 //   t.step(std::span<const batch>(this_ranks_micro_batches));
 //
 // After the last micro-batch of a step the trainer hands the fp32 master gradients (one flat
@@ -130,7 +132,7 @@ struct dp_state {
 
   std::vector<bucket> plan;
   std::size_t elements = 0;   // the arena size the plan was made for
-  bool planned = false;       //
+  bool planned = false;       // the plan and pieces are made (at the first reduce)
   std::vector<piece> pieces;  // in reduction order
   std::vector<float> shards;  // the reduce_scatter outputs of every piece
   std::vector<float> pad;     // the last bucket's tail (elements % ranks), padded to ranks
