@@ -5,16 +5,23 @@
 //   2^26 CartPole-sized transitions (obs float[4], action int32, reward float, next_obs float[4],
 //   terminated, truncated: 42 bytes) whose priorities are random (|TD| uniform in [0, 1),
 //   alpha 0.6, beta 0.4): 256 stratified draws, their keys, importance weights and the gathered
-//   columns. Microseconds per call. Variants: hone_packed (the same buffer on hone::packed_storage:
-//   one packed 44-byte record per item instead of six columns, the same data, priorities and
-//   draws), hone_sampler (the 16-ary sampler alone: slots and weights, no data) and
-//   hone_sampler_binary (the same with a binary tree).
+//   columns. Microseconds per call. `hone` is the default storage (hone::auto_storage, which
+//   picks hone::packed_storage for CartPole: one 44-byte record per item); variants: hone_columns
+//   (the same buffer on hone::ring_storage named explicitly: six columns, the same data,
+//   priorities and draws), hone_sampler (the 16-ary sampler alone: slots and weights, no data)
+//   and hone_sampler_binary (the same with a binary tree).
+// per_sample_256_obs{32,64,128,256}_1M: the same call on 2^20 larger transitions, obs and next_obs
+//   float[N] (records of 266, 522, 1034 and 2058 bytes; 268, 524, 1036 and 2060 packed), each
+//   storage named explicitly: hone_packed and hone_columns (the default, hone::auto_storage, packs
+//   records of at most 2048 bytes): what hone::auto_storage's threshold stands on.
 // per_update_256_{1M,16M,64M}: one update_priorities(256 keys, 256 values) on the same buffers,
-//   keys drawn uniformly over the buffer (1024 pre-drawn batches, cycled). Same variants.
-// uniform_add: add_batch of 65536 transitions of 522 bytes (obs and next_obs float[64], action,
-//   reward, terminated, truncated) from a 34 MB source batch into a full uniform ring of 2^20
-//   (522 MB), wrapping around it; bytes = read + written. Limit: stream_limit<uint32, 1, 0, 1>
-//   moving the same bytes (a streaming copy: the pattern of the workload).
+//   keys drawn uniformly over the buffer (1024 pre-drawn batches, cycled). `hone` on the
+//   default storage, and the sampler variants.
+// uniform_add (on hone::ring_storage, named): add_batch of 65536 transitions of 522 bytes (obs
+//   and next_obs float[64], action, reward, terminated, truncated) from a 34 MB source batch into a
+//   full uniform ring of 2^20 (522 MB), wrapping around it; bytes = read + written. Limit:
+//   stream_limit<uint32, 1, 0, 1> moving the same bytes (a streaming copy: the pattern of the
+//   workload).
 // uniform_sample_256: sample(256) from that ring: 256 uniform draws and the gather of their
 //   columns; bytes = 2 x 256 x 522 (read + written). Limit: the same bytes gathered as 256
 //   random 522-byte rows of one contiguous 522 MB row-major table (the best case of any layout:
@@ -22,14 +29,17 @@
 //   prefetched before the copies, indices from the same generator.
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <hone/core/buffer.hpp>
 #include <hone/rl/packed_storage.hpp>
 #include <hone/rl/replay_buffer.hpp>
+#include <hone/rl/ring_storage.hpp>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/harness.hpp"
@@ -40,6 +50,10 @@ namespace {
 using cartpole = hone::transition<hone::field<"obs", float, 4>, hone::field<"action", std::int32_t>,
                                   hone::field<"reward", float>, hone::field<"next_obs", float, 4>,
                                   hone::field<"terminated", bool>, hone::field<"truncated", bool>>;
+template <std::size_t N>
+using obs_n = hone::transition<hone::field<"obs", float, N>, hone::field<"action", std::int32_t>,
+                               hone::field<"reward", float>, hone::field<"next_obs", float, N>,
+                               hone::field<"terminated", bool>, hone::field<"truncated", bool>>;
 using wide = hone::transition<hone::field<"obs", float, 64>, hone::field<"action", std::int32_t>,
                               hone::field<"reward", float>, hone::field<"next_obs", float, 64>,
                               hone::field<"terminated", bool>, hone::field<"truncated", bool>>;
@@ -93,11 +107,17 @@ void randomize_priorities(std::size_t n, std::uint64_t seed, Fn&& apply) {
   }
 }
 
-template <class Storage>
+// A full prioritized buffer of transitions T with random priorities; Storage... is empty for the
+// default storage or names one.
+template <class T, class... Storage>
 struct per_fixture_on {
-  using buffer_t = hone::replay_buffer<cartpole, Storage, hone::prioritized<16>>;
-  explicit per_fixture_on(std::size_t capacity) : buffer(capacity, Storage{}, per_config) {
-    const auto src = source_batch<cartpole>(std::min<std::size_t>(capacity, 1 << 20), 1);
+  using buffer_t = hone::replay_buffer<T, Storage..., hone::prioritized<16>>;
+  explicit per_fixture_on(std::size_t capacity) : buffer(capacity, Storage{}..., per_config) {
+    // At most 64 MiB of source rows (the rows repeat in larger buffers; the timing does not read
+    // their values).
+    const std::size_t rows =
+        std::min({capacity, std::size_t{1} << 20, (std::size_t{64} << 20) / T::bytes});
+    const auto src = source_batch<T>(rows, 1);
     while (buffer.total_added() < capacity) buffer.add_batch(src);  // full (keys 0..cap-1 +)
     randomize_priorities(capacity, 2, [&](auto keys, auto prio) {
       // Keys of the items in slots [first, first + m) after the fill.
@@ -119,8 +139,11 @@ struct per_fixture_on {
   std::vector<std::uint64_t> update_keys;
   std::vector<float> update_values;
 };
-using per_fixture = per_fixture_on<hone::ring_storage>;
-using per_packed_fixture = per_fixture_on<hone::packed_storage>;
+using per_fixture = per_fixture_on<cartpole>;  // the default storage (auto: packed records)
+using per_columns_fixture = per_fixture_on<cartpole, hone::ring_storage>;
+static_assert(
+    std::is_same_v<per_fixture::buffer_t::storage_type, hone::packed_records<cartpole>>,
+    "bench_rl: the default storage of a CartPole buffer is expected to be packed records");
 
 template <std::size_t A>
 struct sampler_fixture {
@@ -161,7 +184,7 @@ void set_one_core(benchmark::State& state) {
 template <class Fixture = per_fixture>
 void per_sample_hone(benchmark::State& state, std::size_t capacity) {
   auto& f = fixture_for<Fixture>(capacity);
-  hone::replay_batch<cartpole> b;
+  typename Fixture::buffer_t::batch_type b;
   f.buffer.sample(batch, b);  // warm-up (and allocation of the batch)
   for (auto _ : state) {
     f.buffer.sample(batch, b);
@@ -216,10 +239,13 @@ void per_update_sampler(benchmark::State& state, std::size_t capacity) {
 // ---- uniform ring ------------------------------------------------------------------------------
 
 struct ring_fixture {
-  ring_fixture() : buffer(ring_capacity), source(source_batch<wide>(add_rows, 5)) {
+  ring_fixture()
+      : buffer(ring_capacity, hone::ring_storage{}), source(source_batch<wide>(add_rows, 5)) {
     while (buffer.total_added() < ring_capacity) buffer.add_batch(source);
   }
-  hone::replay_buffer<wide> buffer;
+  // Columns named explicitly (the default, auto_storage, packs 522-byte records): uniform_add and
+  // uniform_sample_256 measure the column ring against its limits, as they always have.
+  hone::replay_buffer<wide, hone::ring_storage> buffer;
   hone::replay_batch<wide> source;
 };
 ring_fixture& ring() {
@@ -323,8 +349,8 @@ bool register_benchmarks() {
     hone_bench::add(sample, "hone", [c](benchmark::State& s) {
       per_sample_hone(s, c);
     })->Unit(benchmark::kMicrosecond);
-    hone_bench::add(sample, "hone_packed", [c](benchmark::State& s) {
-      per_sample_hone<per_packed_fixture>(s, c);
+    hone_bench::add(sample, "hone_columns", [c](benchmark::State& s) {
+      per_sample_hone<per_columns_fixture>(s, c);
     })->Unit(benchmark::kMicrosecond);
     hone_bench::add(sample, "hone_sampler", [c](benchmark::State& s) {
       per_sample_sampler<16>(s, c);
@@ -342,6 +368,21 @@ bool register_benchmarks() {
       per_update_sampler<2>(s, c);
     })->Unit(benchmark::kMicrosecond);
   }
+  const auto add_record_size = [](auto n) {
+    using T = obs_n<decltype(n)::value>;
+    const std::string name = "per_sample_256_obs" + std::to_string(decltype(n)::value) + "_1M";
+    constexpr std::size_t c = std::size_t{1} << 20;
+    hone_bench::add(name, "hone_packed", [](benchmark::State& s) {
+      per_sample_hone<per_fixture_on<T, hone::packed_storage>>(s, c);
+    })->Unit(benchmark::kMicrosecond);
+    hone_bench::add(name, "hone_columns", [](benchmark::State& s) {
+      per_sample_hone<per_fixture_on<T, hone::ring_storage>>(s, c);
+    })->Unit(benchmark::kMicrosecond);
+  };
+  add_record_size(std::integral_constant<std::size_t, 32>{});
+  add_record_size(std::integral_constant<std::size_t, 64>{});
+  add_record_size(std::integral_constant<std::size_t, 128>{});
+  add_record_size(std::integral_constant<std::size_t, 256>{});
   hone_bench::add("uniform_add", "hone", uniform_add_hone);
   for (const hone_bench::stream_kernel k : hone_bench::stream_kernels) {
     hone_bench::add("uniform_add", hone_bench::limit_impl(k),

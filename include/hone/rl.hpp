@@ -6,6 +6,7 @@
 #pragma once
 
 #include "hone/rl/actors.hpp"
+#include "hone/rl/auto_storage.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/concurrency.hpp"
 #include "hone/rl/field_layout.hpp"

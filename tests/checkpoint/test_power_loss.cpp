@@ -330,9 +330,11 @@ BOOST_AUTO_TEST_CASE(replay_buffer_save) {
   };
   auto capture = [](buffer& b) {
     saved s{b.state().written, {}, {}};
-    b.for_each_column([&](std::string_view, std::span<std::byte> bytes) {
-      s.columns.emplace_back(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    });
+    for (std::size_t f = 0; f < step::field_count; ++f) {  // any storage (the default packs)
+      std::string bytes(b.capacity() * buffer::field_bytes(f), '\0');
+      b.read_field(f, 0, std::as_writable_bytes(std::span(bytes.data(), bytes.size())));
+      s.columns.push_back(std::move(bytes));
+    }
     const auto p = b.priorities();
     s.priorities.assign(p.begin(), p.end());
     return s;

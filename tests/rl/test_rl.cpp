@@ -716,8 +716,9 @@ BOOST_AUTO_TEST_CASE(add_batch_wraps_and_matches_single_adds) {
 
 BOOST_AUTO_TEST_CASE(save_and_restore_continue_the_same_samples) {
   constexpr std::size_t cap = 1000;
-  using buffer_t = hone::replay_buffer<step, hone::prioritized<16>>;
-  buffer_t a(cap, hone::prioritized<16>{.beta_steps = 50});
+  // Columns named explicitly: for_each_column needs one array per field.
+  using buffer_t = hone::replay_buffer<step, hone::ring_storage, hone::prioritized<16>>;
+  buffer_t a(cap, hone::ring_storage{}, hone::prioritized<16>{.beta_steps = 50});
   a.seed(99);
   hone::replay_batch<step> b;
   std::mt19937 rng(4);
@@ -739,7 +740,7 @@ BOOST_AUTO_TEST_CASE(save_and_restore_continue_the_same_samples) {
   });
   BOOST_TEST(columns.size() == step::field_count);
   // "Restore" into a fresh buffer.
-  buffer_t c(cap, hone::prioritized<16>{.beta_steps = 50});
+  buffer_t c(cap, hone::ring_storage{}, hone::prioritized<16>{.beta_steps = 50});
   c.for_each_column([&](std::string_view name, std::span<std::byte> bytes) {
     const auto& saved = columns.at(std::string(name));
     BOOST_REQUIRE(saved.size() == bytes.size());

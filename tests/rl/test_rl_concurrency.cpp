@@ -9,12 +9,25 @@
 #include <cstdint>
 #include <hone/rl/replay_buffer.hpp>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "../support/sanitizers.hpp"
 
 namespace {
+
+/// Field Name of every slot (capacity() * count elements), read with read_field: the same on every
+/// in-memory storage (the default, auto_storage, packs these small steps into records).
+template <hone::fixed_string Name, class Buffer>
+auto field_values(const Buffer& b) {
+  using transition = typename Buffer::transition_type;
+  constexpr std::size_t i = transition::template index_of<Name>();
+  using F = typename transition::template field_at<i>;
+  std::vector<typename F::element_type> out(b.capacity() * F::count);
+  b.read_field(i, 0, std::as_writable_bytes(std::span(out)));
+  return out;
+}
 
 constexpr std::uint64_t per_writer = hone_test::under_tsan ? 3000 : 20000;
 constexpr std::size_t writers = 4;
@@ -92,7 +105,7 @@ std::vector<std::uint64_t> hammer(Buffer& buffer, bool batches, std::size_t& tor
   done.store(true);
   learner.join();
   std::vector<std::uint64_t> stored;
-  const auto ids = buffer.storage().template column<"id">();
+  const auto ids = field_values<"id">(buffer);
   for (std::size_t s = 0; s < std::min<std::uint64_t>(buffer.total_added(), buffer.capacity());
        ++s) {
     stored.push_back(ids[s]);
@@ -201,11 +214,11 @@ BOOST_AUTO_TEST_CASE(n_step_writers_keep_their_streams_apart) {
   }
   for (auto& t : threads) t.join();
   BOOST_TEST(buffer.size() == total);
-  const auto stream = buffer.storage().column<"stream">();
-  const auto t = buffer.storage().column<"t">();
-  const auto next_t = buffer.storage().column<"next_t">();
-  const auto reward = buffer.storage().column<"reward">();
-  const auto discount = buffer.storage().column<"discount">();
+  const auto stream = field_values<"stream">(buffer);
+  const auto t = field_values<"t">(buffer);
+  const auto next_t = field_values<"next_t">(buffer);
+  const auto reward = field_values<"reward">(buffer);
+  const auto discount = field_values<"discount">(buffer);
   std::vector<std::vector<int>> seen(writers, std::vector<int>(per_writer, 0));
   for (std::size_t s = 0; s < total; ++s) {
     BOOST_REQUIRE(stream[s] < writers);

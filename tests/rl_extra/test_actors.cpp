@@ -40,18 +40,19 @@ step::record make_step(std::uint64_t id, std::uint64_t version, float reward = 1
   return r;
 }
 
-/// The values of a scalar column for the first n stored slots (no wrap in these tests).
+/// The values of a scalar field for the first n stored slots (no wrap in these tests), read with
+/// read_field: the same on every in-memory storage (the default, auto_storage, packs these steps).
 template <class T, class Buffer>
 std::vector<T> column(Buffer& b, std::string_view name, std::size_t n) {
-  std::vector<T> out(n);
-  bool found = false;
-  b.for_each_column([&](std::string_view col, std::span<std::byte> bytes) {
-    if (col != name) return;
-    found = true;
-    BOOST_REQUIRE(bytes.size() >= n * sizeof(T));
-    std::memcpy(out.data(), bytes.data(), n * sizeof(T));
+  using transition = typename Buffer::transition_type;
+  std::size_t field = transition::field_count;
+  transition::for_each_field([&](auto i) {
+    if (transition::template field_at<i>::name.view() == name) field = i;
   });
-  BOOST_REQUIRE(found);
+  BOOST_REQUIRE(field < transition::field_count);
+  BOOST_REQUIRE(Buffer::field_bytes(field) == sizeof(T));
+  std::vector<T> out(n);
+  b.read_field(field, 0, std::as_writable_bytes(std::span<T>(out)));
   return out;
 }
 

@@ -1,4 +1,6 @@
-// Tests of hone::packed_storage (the in-memory ring of packed records): the record layout against
+// Tests of hone::packed_storage (the in-memory ring of packed records) and of hone::auto_storage
+// (the default storage: which storage it picks on each side of its threshold, at compile time),
+// and of packed_storage: the record layout against
 // hand-computed offsets (aligned and unaligned, generated and user-struct records), the bytes of
 // the records against the records added, and, with the column ring (hone::ring_storage) as the
 // reference, bit-identical batches, keys and weights for the same adds (single adds, batches,
@@ -62,6 +64,27 @@ using tail_bool = hone::transition<hone::field<"x", double>, hone::field<"done",
 static_assert(hone::packed_records<tail_bool>::stride == 16 &&
               hone::packed_records<tail_bool>::data_bytes == 9);
 
+// hone::auto_storage (the default) picks packed records up to 2048 bytes a record, columns beyond.
+static_assert(std::is_same_v<hone::replay_buffer<step>::storage_type, hone::packed_records<step>>);
+static_assert(std::is_same_v<hone::replay_buffer<step, hone::prioritized<>>::storage_policy,
+                             hone::auto_storage>);
+static_assert(std::is_same_v<hone::replay_buffer<odd>::storage_type, hone::packed_records<odd>>);
+using at_threshold = hone::transition<hone::field<"obs", float, 511>, hone::field<"reward", float>>;
+using past_threshold = hone::transition<hone::field<"obs", float, 512>, hone::field<"done", bool>>;
+static_assert(hone::record_layout<at_threshold, true>::bytes == 2048 &&
+              hone::record_layout<past_threshold, true>::bytes == 2052);
+static_assert(hone::auto_storage::packed_max_bytes == 2048);
+static_assert(std::is_same_v<hone::replay_buffer<at_threshold>::storage_type,
+                             hone::packed_records<at_threshold>>);
+static_assert(std::is_same_v<hone::replay_buffer<past_threshold>::storage_type,
+                             hone::ring_columns<past_threshold>>);
+// Naming a storage overrides the default.
+static_assert(std::is_same_v<hone::replay_buffer<step, hone::ring_storage>::storage_type,
+                             hone::ring_columns<step>>);
+static_assert(
+    std::is_same_v<hone::replay_buffer<past_threshold, hone::packed_storage>::storage_type,
+                   hone::packed_records<past_threshold>>);
+
 odd_step odd_for(std::uint64_t key) {
   odd_step s{};
   s.done = key % 5 == 2;
@@ -106,10 +129,11 @@ bool row_is_key(const Batch& b, std::size_t r) {
 template <class T, class... Policies>
 void check_same_as_ring(std::size_t cap, std::uint64_t total_adds, std::uint64_t seed,
                         const Policies&... policies) {
-  using ring_t = hone::replay_buffer<T, Policies...>;
+  using ring_t = hone::replay_buffer<T, hone::ring_storage, Policies...>;
   using packed_t = hone::replay_buffer<T, hone::packed_storage, Policies...>;
+  static_assert(std::is_same_v<typename ring_t::storage_type, hone::ring_columns<T>>);
   static_assert(std::is_same_v<typename packed_t::storage_type, hone::packed_records<T>>);
-  ring_t ring(cap, policies...);
+  ring_t ring(cap, hone::ring_storage{}, policies...);
   packed_t packed(cap, hone::packed_storage{}, policies...);
   ring.seed(seed);
   packed.seed(seed);

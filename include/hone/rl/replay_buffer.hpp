@@ -5,13 +5,16 @@
 //   using step = hone::transition<hone::field<"obs", float, 4>, hone::field<"action", int>,
 //                                 hone::field<"reward", float>, hone::field<"next_obs", float, 4>,
 //                                 hone::field<"terminated", bool>, hone::field<"truncated", bool>>;
-//   hone::replay_buffer<step, hone::prioritized<>> buffer(1 << 20);  // ring, PER, 1 thread
+//   hone::replay_buffer<step, hone::prioritized<>> buffer(1 << 20);  // packed, PER, 1 thread
 //   buffer.add(record);                                  // one environment step
 //   hone::replay_batch<step> batch;
 //   buffer.sample(256, batch);                           // columns + keys + weights
 //   buffer.update_priorities(batch.keys(), td_errors);   // stale keys are ignored
 //
-// Roles (hone/rl/roles.hpp):   storage      hone::ring_storage (default), hone::mmap_storage
+// Roles (hone/rl/roles.hpp):   storage      hone::auto_storage (default: hone::packed_storage
+//                                           for records of at most 2048 bytes, else
+//                                           hone::ring_storage), hone::ring_storage,
+//                                           hone::packed_storage, hone::mmap_storage
 //                              sampler      hone::uniform (default), hone::prioritized<Arity>
 //                              concurrency  hone::single_thread (default), hone::many_writers
 //                              returns      hone::one_step (default), hone::n_step<N>
@@ -44,9 +47,11 @@
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/rl/auto_storage.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/concurrency.hpp"
 #include "hone/rl/n_step.hpp"
+#include "hone/rl/packed_storage.hpp"
 #include "hone/rl/prioritized_sampler.hpp"
 #include "hone/rl/ring_storage.hpp"
 #include "hone/rl/rng.hpp"
@@ -101,7 +106,7 @@ class replay_buffer {
   using transition_type = Transition;
   using record_type = typename Transition::record;
   using batch_type = replay_batch<Transition>;
-  using storage_policy = pick<roles::replay_storage, ring_storage>;
+  using storage_policy = pick<roles::replay_storage, auto_storage>;
   using sampler_policy = pick<roles::replay_sampler, uniform>;
   using concurrency_policy = pick<roles::replay_concurrency, single_thread>;
   using returns_policy = pick<roles::replay_returns, one_step>;
@@ -133,7 +138,7 @@ class replay_buffer {
   explicit replay_buffer(std::size_t capacity, const Policies&... policies)
       : capacity_(capacity),
         storage_(make_storage(capacity,
-                              hone::policy_of<roles::replay_storage, ring_storage>(policies...))),
+                              hone::policy_of<roles::replay_storage, auto_storage>(policies...))),
         sampler_(capacity, hone::policy_of<roles::replay_sampler, uniform>(policies...)),
         returns_(hone::policy_of<roles::replay_returns, one_step>(policies...)),
         window_(returns_) {
@@ -387,8 +392,9 @@ class replay_buffer {
   void for_each_column(F&& f) {
     static_assert(has_columns,
                   "hone::replay_buffer::for_each_column: this buffer's storage keeps each "
-                  "transition in one packed record (hone::packed_storage), so it has no per-field "
-                  "columns; name hone::ring_storage among the buffer's policies "
+                  "transition in one packed record (hone::packed_storage, which the default "
+                  "hone::auto_storage picks for transitions of at most 2048 bytes), so it has no "
+                  "per-field columns; name hone::ring_storage among the buffer's policies "
                   "(hone::replay_buffer<T, hone::ring_storage, ...>) to get columns, or copy a "
                   "field out and in with read_field()/write_field(), which every in-memory storage "
                   "supports.");

@@ -2,7 +2,8 @@
 // policy per role from hone::replay_buffer's parameter pack (any order, defaults for the missing
 // roles, a sentence for duplicates and for arguments that are not replay policies).
 //
-//   storage      where transitions live          hone::ring_storage (default)
+//   storage      where transitions live          hone::auto_storage (default), hone::ring_storage,
+//                                                hone::packed_storage, hone::mmap_storage
 //   sampler      which items a sample returns    hone::uniform (default), hone::prioritized<>
 //   concurrency  who may call what at once       hone::single_thread (default), hone::many_writers
 //   returns      what one stored item sums up    hone::one_step (default), hone::n_step<N>
@@ -52,7 +53,8 @@ consteval bool check_replay_policies() {
   static_assert((has_replay_role<Policies> && ...),
                 "hone::replay_buffer<Transition, Policies...>: one of the policies is not a replay "
                 "policy (it has no nested `using role = hone::roles::replay_...;`). Pass "
-                "hone::ring_storage, hone::uniform, hone::prioritized<>, hone::single_thread, "
+                "hone::ring_storage, hone::packed_storage, hone::uniform, hone::prioritized<>, "
+                "hone::single_thread, "
                 "hone::many_writers, hone::one_step or hone::n_step<N>.");
   static_assert(role_count_v<roles::replay_storage, Policies...> <= 1,
                 "hone::replay_buffer: two storage policies; keep one.");
