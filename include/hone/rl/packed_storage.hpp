@@ -12,15 +12,16 @@
 // record by record. Batches, keys and weights are bit-identical to a ring_storage buffer's for the
 // same adds and seeds (the sampler does not see the storage).
 //
-// Which in-memory storage:
-// - packed_storage for small transitions sampled at random (prioritized or uniform replay of
-//   vector observations): a sampled item costs 1 cache miss, at most 2 (its record), where the
-//   columns cost one per field (6 for CartPole). sample(256) from 2^20 CartPole items: see
-//   docs/benchmarks.md ("Replay buffers").
-// - ring_storage (the default) for large fields (images, long vectors: a field of many lines
-//   costs the same misses in either layout, and the columns copy it as one run) and for work
-//   that reads one field over many items (a column is contiguous; replay_buffer::for_each_column
-//   needs columns and does not compile with packed records: a static_assert says so).
+// Which in-memory storage (hone::auto_storage, the default, picks packed_storage for records of
+// at most 2048 bytes and ring_storage beyond; naming either overrides it):
+// - packed_storage for transitions sampled at random (prioritized or uniform replay of vector
+//   observations): a sampled item costs its record's lines (1 or 2 for CartPole), where the
+//   columns cost at least one per field (6 for CartPole). sample(256) from 2^20 CartPole items:
+//   see docs/benchmarks.md ("Replay buffers").
+// - ring_storage for large fields (images, long vectors: a field of many lines costs about the
+//   same misses in either layout, and the columns copy it as one run) and for work that reads one
+//   field over many items (a column is contiguous; replay_buffer::for_each_column needs columns
+//   and does not compile with packed records: a static_assert says so).
 // Both save and load with hone::save_replay_buffer/load_replay_buffer in one format (one tensor
 // per field): a packed buffer's save gathers each field out of the records through read_field()
 // into a reused staging buffer of at most 1 MiB, its load scatters each tensor back with
