@@ -13,6 +13,7 @@
 #include "hone/offload.hpp"
 #include "hone/optim.hpp"
 #include "hone/precision.hpp"
+#include "hone/profile.hpp"
 #include "hone/rl.hpp"
 #include "hone/schedule.hpp"
 #include "hone/train.hpp"

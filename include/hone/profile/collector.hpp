@@ -1,0 +1,182 @@
+// hone/profile/collector.hpp: the one reader of every thread's buffer. drain() hands each new
+// event, in each thread's order, to a sink with its time in steady_clock nanoseconds, gives the
+// consumed chunks back to the pool, forgets threads that exited once their events are read, and
+// keeps per-zone duration statistics. At most one collector exists at a time (the buffers are
+// single-consumer): hone::profile::trace owns one.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+#include "hone/profile/clock.hpp"
+#include "hone/profile/detail/buffer.hpp"
+#include "hone/profile/stats.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace profile {
+
+/// A thread as traces show it.
+struct thread_info {
+  std::uint64_t serial = 0;  ///< registration order in this process (unique, never reused)
+  std::uint64_t tid = 0;     ///< the operating system's thread id
+  std::uint32_t pid = 0;
+  std::string name;  ///< set_thread_name's, or empty
+};
+
+/// What a collector hands events to. A begin/end pair is always matched: an end is passed only
+/// when its begin was (ends whose begin was dropped for want of memory are skipped and counted).
+class trace_sink {
+ public:
+  virtual ~trace_sink() = default;
+  /// A thread seen for the first time, or renamed.
+  virtual void thread(const thread_info& t) = 0;
+  /// One event of thread t at time `ns`; for an end, `name` is the zone's (from its begin).
+  virtual void event(const thread_info& t, event_kind kind, const char* name, std::uint64_t ns,
+                     std::uint64_t arg) = 0;
+  /// The end of one drain: write out what is buffered.
+  virtual void flush() = 0;
+};
+
+class collector {
+ public:
+  collector() : cal_(&clock_calibration::get()) {
+    if (!detail::registry::get().claim()) {
+      throw config_error(
+          "hone::profile: a second trace (or collector) was started while one is running; each "
+          "thread's buffer has one reader, so close the running hone::profile::trace first");
+    }
+  }
+  ~collector() { detail::registry::get().unclaim(); }
+  collector(const collector&) = delete;
+  collector& operator=(const collector&) = delete;
+
+  /// Reads every event recorded since the last drain into `sinks` (none: the events are
+  /// discarded, statistics included).
+  void drain(std::span<trace_sink* const> sinks) {
+    auto& reg = detail::registry::get();
+    auto& pool = detail::thread_buffer::pool();
+    reg.for_each([&](detail::thread_buffer& b) {
+      const bool finished = b.finished.load(std::memory_order_acquire);
+      auto [it, fresh] = threads_.try_emplace(b.serial);
+      state& st = it->second;
+      const std::uint32_t nv = b.name_version.load(std::memory_order_acquire);
+      if (fresh || nv != st.name_version) {
+        st.info.serial = b.serial;
+        st.info.tid = b.tid;
+        st.info.pid = b.pid;
+        {
+          const std::lock_guard lock(b.name_mu);
+          st.info.name = b.name;
+        }
+        st.name_version = nv;
+        for (trace_sink* s : sinks) s->thread(st.info);
+      }
+      if (b.head == nullptr) b.head = b.first.load(std::memory_order_acquire);
+      while (b.head != nullptr) {
+        detail::chunk* c = b.head;
+        const std::uint32_t n = c->count.load(std::memory_order_acquire);
+        for (std::uint32_t i = c->consumed; i < n; ++i) process(st, c->events[i], sinks);
+        c->consumed = n;
+        if (n < detail::chunk_events) break;
+        detail::chunk* next = c->next.load(std::memory_order_acquire);
+        if (next == nullptr) break;
+        pool.release(c);
+        b.head = next;
+      }
+      st.dropped = b.dropped.load(std::memory_order_relaxed);
+      if (finished) {
+        // Every event of an exited thread is read now: give its last chunk back and forget it.
+        if (b.head != nullptr) pool.release(b.head);
+        b.head = nullptr;
+        dropped_exited_ += st.dropped;
+        threads_.erase(it);
+        gone_.push_back(b.serial);
+      }
+    });
+    if (!gone_.empty()) {
+      reg.remove_if([&](const detail::thread_buffer& b) {
+        return std::find(gone_.begin(), gone_.end(), b.serial) != gone_.end();
+      });
+      gone_.clear();
+    }
+    for (trace_sink* s : sinks) s->flush();
+  }
+
+  /// Reads and forgets every event recorded so far (and the statistics and counts): what a
+  /// trace that starts now should not show.
+  void discard() {
+    drain({});
+    stats_.clear();
+    dropped_base_ = dropped_total();
+  }
+
+  /// Events lost for want of buffer memory, on every thread, since this collector started (or
+  /// discarded): events dropped when recorded, and zone ends whose begin was dropped.
+  [[nodiscard]] std::uint64_t dropped_events() const noexcept {
+    return dropped_total() - dropped_base_;
+  }
+
+  /// Count, total, mean, p50/p95/p99 and max of each zone name's durations, on every thread,
+  /// over the zones that ended in the events drained so far (largest total first).
+  [[nodiscard]] std::vector<summary_row> summary() const {
+    std::vector<summary_row> rows;
+    for (const auto& [name, s] : stats_) rows.push_back(make_row(std::string(name), s, 1.0));
+    std::sort(rows.begin(), rows.end(),
+              [](const summary_row& a, const summary_row& b) { return a.total_ns > b.total_ns; });
+    return rows;
+  }
+
+ private:
+  struct state {
+    thread_info info;
+    std::uint32_t name_version = 0;
+    std::uint64_t dropped = 0;
+    std::vector<std::pair<const char*, std::uint64_t>> open;  // open zones: name, begin ns
+  };
+
+  void process(state& st, const event& e, std::span<trace_sink* const> sinks) {
+    const std::uint64_t ns = cal_->to_ns(e.ticks);
+    const char* name = e.name;
+    if (e.kind == event_kind::begin) {
+      st.open.emplace_back(name, ns);
+    } else if (e.kind == event_kind::end) {
+      if (st.open.empty()) {
+        ++unmatched_ends_;  // its begin was dropped (or read by an earlier collector)
+        return;
+      }
+      const auto [begin_name, begin_ns] = st.open.back();
+      st.open.pop_back();
+      name = begin_name;
+      stats_[std::string_view(begin_name)].add(ns >= begin_ns ? ns - begin_ns : 0);
+    }
+    for (trace_sink* s : sinks) s->event(st.info, e.kind, name, ns, e.arg);
+  }
+
+  [[nodiscard]] std::uint64_t dropped_total() const noexcept {
+    std::uint64_t d = dropped_exited_;
+    for (const auto& [serial, st] : threads_) d += st.dropped;
+    return d + unmatched_ends_;
+  }
+
+  const clock_calibration* cal_;
+  std::uint64_t dropped_base_ = 0;
+  std::unordered_map<std::uint64_t, state> threads_;
+  std::vector<std::uint64_t> gone_;
+  std::uint64_t dropped_exited_ = 0;
+  std::uint64_t unmatched_ends_ = 0;
+  std::map<std::string_view, duration_stats> stats_;
+};
+
+}  // namespace profile
+HONE_NAMESPACE_END

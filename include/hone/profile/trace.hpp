@@ -1,0 +1,150 @@
+// hone/profile/trace.hpp: a trace being written. It switches recording on, drains every thread's
+// buffer on a background thread every `flush_interval` (and on flush()), appends the events to a
+// Perfetto protobuf trace and/or a Chrome JSON trace, and on close() drains the rest, switches
+// recording off and finishes the files. Memory stays bounded while it streams: the buffers hold
+// at most hone::profile::buffer_limit() bytes, the writers at most about 1 MiB each.
+//
+//   hone::profile::trace tr({.perfetto = "run.pftrace", .chrome_json = "run.json"});
+//   ... training ...
+//   tr.close();
+//   hone::profile::print_summary(std::cout, tr.summary());
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+#include "hone/profile/chrome_json.hpp"
+#include "hone/profile/collector.hpp"
+#include "hone/profile/perfetto.hpp"
+#include "hone/profile/stats.hpp"
+#include "hone/profile/zone.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace profile {
+
+struct trace_options {
+  std::filesystem::path perfetto{};     ///< a Perfetto protobuf trace (.pftrace); empty: none
+  std::filesystem::path chrome_json{};  ///< a Chrome trace-event JSON file (.json); empty: none
+  /// How often a background thread drains the buffers into the files; zero: no thread, only
+  /// flush() and close() do.
+  std::chrono::milliseconds flush_interval{50};
+  bool enable = true;          ///< switch recording on when the trace starts, off when it ends
+  bool keep_earlier = false;   ///< also write the events recorded before the trace started
+  std::string process_name{};  ///< names the process in the Perfetto trace
+};
+
+class trace {
+ public:
+  explicit trace(trace_options opt) : opt_(std::move(opt)) {
+    if (!opt_.keep_earlier) collector_.discard();
+    if (!opt_.perfetto.empty()) {
+      perfetto_.emplace(opt_.perfetto, opt_.process_name);
+      sinks_.push_back(&*perfetto_);
+    }
+    if (!opt_.chrome_json.empty()) {
+      json_.emplace(opt_.chrome_json);
+      sinks_.push_back(&*json_);
+    }
+    if (opt_.enable) set_enabled(true);
+    if (opt_.flush_interval.count() > 0) worker_ = std::thread([this] { run(); });
+  }
+
+  /// Closes the trace; an error there is printed to stderr (call close() to see it thrown).
+  ~trace() {
+    try {
+      close();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hone::profile::trace: %s\n", e.what());
+    }
+  }
+  trace(const trace&) = delete;
+  trace& operator=(const trace&) = delete;
+
+  /// Drains every thread's buffer into the files now. Rethrows an error of the background thread.
+  void flush() {
+    const std::lock_guard lock(mu_);
+    rethrow();
+    drain_locked();
+  }
+
+  /// Drains the rest, switches recording off (if the trace switched it on) and finishes the
+  /// files. Zones still open on some thread stay open in the files (the Perfetto UI shows them
+  /// as unfinished). Idempotent.
+  void close() {
+    {
+      const std::lock_guard lock(mu_);
+      if (closed_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    const std::lock_guard lock(mu_);
+    closed_ = true;
+    if (opt_.enable) set_enabled(false);
+    rethrow();
+    drain_locked();
+    if (perfetto_) perfetto_->close();
+    if (json_) json_->close();
+  }
+
+  /// Events lost for want of buffer memory since the trace started (raise the limit with
+  /// hone::profile::set_buffer_limit or flush more often).
+  [[nodiscard]] std::uint64_t dropped_events() {
+    const std::lock_guard lock(mu_);
+    return collector_.dropped_events();
+  }
+
+  /// Count, total, mean, p50/p95/p99 and max per zone name over the zones written so far.
+  [[nodiscard]] std::vector<summary_row> summary() {
+    const std::lock_guard lock(mu_);
+    return collector_.summary();
+  }
+
+ private:
+  void drain_locked() { collector_.drain(sinks_); }
+  void rethrow() {
+    if (error_) {
+      auto e = std::exchange(error_, nullptr);
+      std::rethrow_exception(e);
+    }
+  }
+  void run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, opt_.flush_interval, [this] { return stop_; });
+      if (stop_ || error_) continue;
+      try {
+        drain_locked();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+  }
+
+  trace_options opt_;
+  collector collector_;
+  std::optional<perfetto_writer> perfetto_;
+  std::optional<chrome_json_writer> json_;
+  std::vector<trace_sink*> sinks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool closed_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+}  // namespace profile
+HONE_NAMESPACE_END
