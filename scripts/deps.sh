@@ -12,8 +12,9 @@ HONE_APT_PACKAGES=(
   libopenmpi-dev openmpi-bin
 )
 # Python packages from PyPI: Conan 2 for the package test; safetensors and numpy for the
-# checkpoint interop test (tests/checkpoint/interop.py).
-HONE_PIP_PACKAGES=("conan>=2.34,<3" "safetensors>=0.4" "numpy")
+# checkpoint interop test (tests/checkpoint/interop.py); perfetto (its trace schema,
+# perfetto_trace_pb2) and protobuf for the profile interop test (tests/profile/interop.py).
+HONE_PIP_PACKAGES=("conan>=2.34,<3" "safetensors>=0.4" "numpy" "perfetto" "protobuf")
 
 hone_missing_apt() {
   local p missing=()
@@ -46,10 +47,11 @@ hone_install_deps() {
     fi
   fi
   if ! command -v conan >/dev/null 2>&1 ||
-     ! python3 -c "import safetensors, numpy" >/dev/null 2>&1; then
+     ! python3 -c "import safetensors, numpy" >/dev/null 2>&1 ||
+     ! python3 -c "import perfetto.protos.perfetto.trace.perfetto_trace_pb2" >/dev/null 2>&1; then
     echo "== installing pip packages: ${HONE_PIP_PACKAGES[*]}"
     python3 -m pip install -q "${HONE_PIP_PACKAGES[@]}" ||
       python3 -m pip install -q --break-system-packages "${HONE_PIP_PACKAGES[@]}" ||
-      echo "warning: could not pip install ${HONE_PIP_PACKAGES[*]}; the Conan package test and the checkpoint interop test will be skipped" >&2
+      echo "warning: could not pip install ${HONE_PIP_PACKAGES[*]}; the Conan package test and the checkpoint and profile interop tests will be skipped" >&2
   fi
 }
