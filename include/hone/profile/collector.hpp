@@ -118,6 +118,7 @@ class collector {
   void discard() {
     drain({});
     stats_.clear();
+    by_pointer_.clear();
     dropped_base_ = dropped_total();
   }
 
@@ -158,9 +159,17 @@ class collector {
       const auto [begin_name, begin_ns] = st.open.back();
       st.open.pop_back();
       name = begin_name;
-      stats_[std::string_view(begin_name)].add(ns >= begin_ns ? ns - begin_ns : 0);
+      stats_for(begin_name).add(ns >= begin_ns ? ns - begin_ns : 0);
     }
     for (trace_sink* s : sinks) s->event(st.info, e.kind, name, ns, e.arg);
+  }
+
+  /// A zone name's statistics: found by pointer first (names are static), then by text.
+  duration_stats& stats_for(const char* name) {
+    if (auto it = by_pointer_.find(name); it != by_pointer_.end()) return *it->second;
+    duration_stats& s = stats_[std::string_view(name)];
+    by_pointer_.emplace(name, &s);
+    return s;
   }
 
   [[nodiscard]] std::uint64_t dropped_total() const noexcept {
@@ -175,7 +184,8 @@ class collector {
   std::vector<std::uint64_t> gone_;
   std::uint64_t dropped_exited_ = 0;
   std::uint64_t unmatched_ends_ = 0;
-  std::map<std::string_view, duration_stats> stats_;
+  std::map<std::string_view, duration_stats> stats_;  // node-based: pointers to values stay
+  std::unordered_map<const char*, duration_stats*> by_pointer_;
 };
 
 }  // namespace profile

@@ -144,7 +144,7 @@ class perfetto_writer final : public trace_sink {
   }
 
   void flush() override {
-    if (!buf_.empty()) file_.write(buf_);
+    if (!buf_.empty()) file_.write(buf_.view());
     buf_.clear();
   }
 
@@ -180,6 +180,7 @@ class perfetto_writer final : public trace_sink {
       if (flags != 0) p.uint(pf::sequence_flags, flags);
       f(p);
     });
+    out.finish();
     if (buf_.size() >= flush_bytes) flush();
   }
 
@@ -216,7 +217,7 @@ class perfetto_writer final : public trace_sink {
 
   io::output_file file_;
   std::string process_name_;
-  std::string buf_;
+  detail::byte_buffer buf_;
   bool first_ = true;
   std::unordered_map<std::string_view, std::uint64_t> iids_;
   std::unordered_map<std::string, std::uint64_t> counters_;
