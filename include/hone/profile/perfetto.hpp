@@ -116,8 +116,10 @@ class perfetto_writer final : public trace_sink {
       return;
     }
     // A name seen for the first time is interned in this packet.
-    auto [it, fresh] = iids_.try_emplace(std::string_view(name), iids_.size() + 1);
-    const std::uint64_t iid = it->second;
+    // (No structured binding: clang 14 cannot capture one in the lambdas below.)
+    const auto found = iids_.try_emplace(std::string_view(name), iids_.size() + 1);
+    const bool fresh = found.second;
+    const std::uint64_t iid = found.first->second;
     packet(
         [&](detail::proto_writer& p) {
           p.uint(f::timestamp, ns);
@@ -200,19 +202,21 @@ class perfetto_writer final : public trace_sink {
 
   std::uint64_t counter_track(std::uint32_t pid, const char* name) {
     namespace f = perfetto_fields;
-    auto [it, fresh] = counters_.try_emplace(std::string(name), 0);
-    if (!fresh) return it->second;
+    const auto found = counters_.try_emplace(std::string(name), 0);
+    if (!found.second) return found.first->second;
     ensure_process(pid);
-    it->second = (std::uint64_t{0x60} << 56) | (std::uint64_t{pid} << 24) | counters_.size();
+    const std::uint64_t uuid =
+        (std::uint64_t{0x60} << 56) | (std::uint64_t{pid} << 24) | counters_.size();
+    found.first->second = uuid;
     packet([&](detail::proto_writer& p) {
       p.message(f::track_descriptor, [&](detail::proto_writer& td) {
-        td.uint(f::td_uuid, it->second);
+        td.uint(f::td_uuid, uuid);
         td.uint(f::td_parent_uuid, process_uuid(pid));
         td.bytes(f::td_name, name);
         td.message(f::td_counter, [](detail::proto_writer&) {});
       });
     });
-    return it->second;
+    return uuid;
   }
 
   io::output_file file_;
