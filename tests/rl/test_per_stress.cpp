@@ -22,6 +22,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../support/sanitizers.hpp"
@@ -125,7 +126,8 @@ findings hammer(std::size_t capacity) {
   }
   std::thread learner([&] {
     hone::replay_batch<step> b;
-    std::deque<std::vector<std::uint64_t>> pending;
+    // Keys waiting for their late update, with total_added() when they were sampled.
+    std::deque<std::pair<std::vector<std::uint64_t>, std::uint64_t>> pending;
     std::vector<float> values;
     const auto send = [&](const std::vector<std::uint64_t>& keys) {
       values.resize(keys.size());
@@ -150,19 +152,28 @@ findings hammer(std::size_t capacity) {
         // A real key (not the mark of a slot being written), of this slot, issued already.
         if (key >= written || key % capacity != b.slots()[r]) ++f.bad_keys;
       }
-      pending.emplace_back(b.keys().begin(), b.keys().end());
+      pending.emplace_back(std::vector<std::uint64_t>(b.keys().begin(), b.keys().end()), written);
       if (samples % 2 == 0) {
-        send(pending.back());  // at once, as well as late (a key updated twice)
+        send(pending.back().first);  // at once, as well as late (a key updated twice)
       }
       if (pending.size() > delay) {
-        send(pending.front());
+        // Every fourth late update waits until the writers have added two laps of the ring
+        // since its sample, so its keys' slots were rewritten: stale updates are certain, also
+        // when a loaded machine leaves the writers no time between a sample and its update
+        // (without this wait, a run where every update happened to be applied could not show
+        // that stale ones are dropped).
+        if (samples % 4 == 0) {
+          const std::uint64_t laps = pending.front().second + 2 * capacity;
+          while (buffer.total_added() < laps) std::this_thread::yield();
+        }
+        send(pending.front().first);
         pending.pop_front();
       }
       if (++samples % check_every == 0) check_slots(buffer, f);
     }
     stop.store(true);
     while (!pending.empty()) {
-      send(pending.front());
+      send(pending.front().first);
       pending.pop_front();
     }
   });
