@@ -14,6 +14,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -157,14 +158,15 @@ findings hammer(std::size_t capacity) {
         send(pending.back().first);  // at once, as well as late (a key updated twice)
       }
       if (pending.size() > delay) {
-        // Every fourth late update waits until the writers have added two laps of the ring
+        // Every 64th late update waits until the writers have completed two laps of adds
         // since its sample, so its keys' slots were rewritten: stale updates are certain, also
         // when a loaded machine leaves the writers no time between a sample and its update
         // (without this wait, a run where every update happened to be applied could not show
-        // that stale ones are dropped).
-        if (samples % 4 == 0) {
+        // that stale ones are dropped). It reads the test's own counter of completed adds, not
+        // the buffer, so that the wait does not contend for the buffer's lock.
+        if (samples % 64 == 0) {
           const std::uint64_t laps = pending.front().second + 2 * capacity;
-          while (buffer.total_added() < laps) std::this_thread::yield();
+          while (added.load() < laps) std::this_thread::sleep_for(std::chrono::microseconds(20));
         }
         send(pending.front().first);
         pending.pop_front();
