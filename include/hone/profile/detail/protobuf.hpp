@@ -1,5 +1,6 @@
 // hone/profile/detail/protobuf.hpp: the protobuf wire format, encoded by hand (varints, fixed
-// 64-bit values, length-delimited strings and nested messages), for the Perfetto trace writer.
+// 32- and 64-bit values, length-delimited strings and nested messages), for the Perfetto trace
+// writer and the TensorBoard event writer.
 #pragma once
 
 #include <algorithm>
@@ -79,6 +80,15 @@ class proto_writer {
   }
   /// double (wire type 1).
   void f64(std::uint32_t field, double v) { fixed64(field, std::bit_cast<std::uint64_t>(v)); }
+  /// fixed32 (wire type 5), little-endian.
+  void fixed32(std::uint32_t field, std::uint32_t v) {
+    tag(field, 5);
+    char* p = room(4);
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+    pos_ += 4;
+  }
+  /// float (wire type 5).
+  void f32(std::uint32_t field, float v) { fixed32(field, std::bit_cast<std::uint32_t>(v)); }
   /// string/bytes (wire type 2).
   void bytes(std::uint32_t field, std::string_view s) {
     tag(field, 2);
