@@ -8,9 +8,9 @@
 //  (d) an inf in one rank's gradients skips the step on every rank (weights unchanged, the scale
 //      backed off alike);
 //  (e) a rank that arrives late at a step makes the others throw a dist_error naming the step,
-//      the bucket, the collective and their rank within the communicator's timeout; the pending
-//      reduction then completes once the late rank arrives (finish_pending), and the job ends
-//      cleanly;
+//      the bucket, the collective, their rank and the late rank within the communicator's
+//      timeout; the pending reduction then completes once the late rank arrives
+//      (finish_pending), and the job ends cleanly;
 //  and broadcast_weights gives every rank the root's weights.
 #define BOOST_TEST_MODULE hone_dist_mpi_data_parallel
 #include <boost/test/unit_test.hpp>
@@ -189,6 +189,11 @@ BOOST_AUTO_TEST_CASE(a_late_rank_makes_the_others_throw_naming_the_step_and_the_
                               std::to_string(2 * 2 * pieces + 1);
     BOOST_TEST(message.find(where) == 0u, message);
     BOOST_TEST(message.find("did not complete within 300 ms") != std::string::npos, message);
+    // The communicator's message names the late rank (its last collective was the barrier).
+    const std::string missing = "rank " + std::to_string(late) +
+                                " has not started it (the last collective it started: #" +
+                                std::to_string(2 * 2 * pieces) + ")";
+    BOOST_TEST(message.find(missing) != std::string::npos, message);
     BOOST_TEST(message.find("finish_pending()") != std::string::npos, message);
     BOOST_TEST(t.gradient_reduction().pending());
     BOOST_TEST(t.steps_done() == 2u);  // the failed step applied nothing

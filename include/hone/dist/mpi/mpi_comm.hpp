@@ -13,11 +13,23 @@
 // (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier) and
 // return a request. request::wait() polls MPI_Test; when the collective is not complete after the
 // communicator's timeout (default 300 s, counted from the call to wait()), it throws
-// hone::dist_error naming the operation, its sequence number on this communicator, the timeout
-// and this rank. The request then stays pending: wait() may be called again (a slow rank may yet
-// arrive), or the job ended with mpi_comm::abort(). A request destroyed while pending waits for
-// the collective first (its spans belong to MPI until then); if that wait fails too, the
-// destructor, which cannot throw, prints the error and aborts the job (MPI_Abort).
+// hone::dist_error naming the operation, its sequence number on this communicator, the timeout,
+// this rank and the ranks that have not started that collective. The request then stays
+// pending: wait() may be called again (a slow rank may yet arrive), or the job ended with
+// mpi_comm::abort().
+//
+// Naming the missing ranks (missing_ranks::named, the default): MPI does not say which ranks have
+// not arrived at a collective, so every rank publishes how many collectives it has started in a
+// one-word MPI window (MPI_Win_allocate, one passive-target epoch MPI_Win_lock_all held for the
+// communicator's life). Starting a collective stores the count into the rank's own window word (an
+// atomic store; MPI_Win_sync too when the window's memory model is MPI_WIN_SEPARATE): no message,
+// no MPI call. Only when a wait times out does the rank read the others' words (MPI_Rget, polled
+// with MPI_Test for at most min(timeout, 1 s), so a rank that cannot answer is reported as such
+// rather than waited for). Creating and destroying the communicator are then collective over the
+// window too (MPI_Win_allocate, MPI_Win_free). missing_ranks::not_named creates no window. A
+// request destroyed while pending waits for the collective first (its spans belong to MPI until
+// then); if that wait fails too, the destructor, which cannot throw, prints the error and aborts
+// the job (MPI_Abort).
 //
 // Threads: the environment asks for MPI_THREAD_SERIALIZED by default (calls from one thread at a
 // time, any thread); ask for thread_level::multiple to call from several threads at once. One
@@ -29,6 +41,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -43,6 +57,7 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
@@ -172,8 +187,26 @@ inline void mpi_nan_max(void* in, void* inout, int* count, MPI_Datatype* type) {
   }
 }
 
+/// "1", "1 and 2", "1, 2 and 3".
+inline std::string join_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) s += i + 1 == items.size() ? " and " : ", ";
+    s += items[i];
+  }
+  return s;
+}
+
+/// "rank 2" or "ranks 1 and 2".
+inline std::string ranks_phrase(const std::vector<int>& ranks) {
+  std::vector<std::string> items;
+  for (int r : ranks) items.push_back(std::to_string(r));
+  return (ranks.size() == 1 ? "rank " : "ranks ") + join_list(items);
+}
+
 /// What the communicator and its requests share: the MPI communicator, the max operation, the
-/// timeout. Freed when the last of them goes (after MPI_Finalize, nothing is freed).
+/// timeout, and the window through which the ranks publish how many collectives they have
+/// started. Freed when the last of them goes (after MPI_Finalize, nothing is freed).
 struct mpi_state {
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Op max_op = MPI_OP_NULL;
@@ -181,6 +214,15 @@ struct mpi_state {
   int size = 1;
   std::chrono::milliseconds timeout{0};
   std::uint64_t sequence = 0;
+  // The missing-rank window: this rank's word holds the number of collectives it has started.
+  MPI_Win win = MPI_WIN_NULL;
+  std::uint64_t* started = nullptr;  // this rank's word (the window's memory)
+  bool separate_model = false;       // MPI_WIN_SEPARATE: a store needs MPI_Win_sync
+  bool locked = false;               // inside MPI_Win_lock_all
+  // The reads of the other ranks' words at a timeout; a read that has not completed stays
+  // pending here (its buffer with it) and is tested again at the next timeout.
+  std::vector<MPI_Request> probes;
+  std::vector<std::uint64_t> probed;
 
   mpi_state() = default;
   mpi_state(const mpi_state&) = delete;
@@ -189,8 +231,161 @@ struct mpi_state {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    free_window();
     if (max_op != MPI_OP_NULL) MPI_Op_free(&max_op);
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+
+  /// Creates the window (collective over comm) and opens its passive-target epoch.
+  void create_window() {
+    MPI_Info info = MPI_INFO_NULL;
+    mpi_check(MPI_Info_create(&info), "mpi_comm: MPI_Info_create");
+    // Hints: every rank exposes one word, and only reads (MPI_Rget) target it.
+    MPI_Info_set(info, "same_size", "true");
+    MPI_Info_set(info, "same_disp_unit", "true");
+    MPI_Info_set(info, "accumulate_ops", "same_op_no_op");
+    void* base = nullptr;
+    const int rc =
+        MPI_Win_allocate(sizeof(std::uint64_t), sizeof(std::uint64_t), info, comm, &base, &win);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+      throw dist_error(
+          "hone::dist::mpi_comm: MPI_Win_allocate failed (" + mpi_error_string(rc) +
+          "): the window through which the ranks publish their progress, so that a timeout can "
+          "name the missing ranks, could not be created on this communicator; construct the "
+          "mpi_comm with hone::dist::missing_ranks::not_named to do without it");
+    }
+    mpi_check(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN), "mpi_comm: MPI_Win_set_errhandler");
+    started = static_cast<std::uint64_t*>(base);
+    if (started == nullptr || reinterpret_cast<std::uintptr_t>(started) %
+                                      std::atomic_ref<std::uint64_t>::required_alignment !=
+                                  0) {
+      throw dist_error(
+          "hone::dist::mpi_comm: MPI_Win_allocate returned memory that is not aligned for an "
+          "atomic 64-bit word; construct the mpi_comm with hone::dist::missing_ranks::not_named");
+    }
+    *started = 0;
+    void* model = nullptr;
+    int found = 0;
+    mpi_check(MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &found), "mpi_comm: MPI_Win_get_attr");
+    separate_model = found != 0 && *static_cast<int*>(model) == MPI_WIN_SEPARATE;
+    mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win), "mpi_comm: MPI_Win_lock_all");
+    locked = true;
+    // Every rank's word is 0 before any rank reads it (the reads happen after a collective).
+    mpi_check(MPI_Win_sync(win), "mpi_comm: MPI_Win_sync");
+  }
+
+  void free_window() noexcept {
+    if (win == MPI_WIN_NULL) return;
+    for (MPI_Request& r : probes) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
+        // A read that never completed (a rank that cannot answer): ending the epoch would wait
+        // for it. The window is left to MPI_Finalize (or the end of the job).
+        return;
+      }
+    }
+    if (locked) MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+  }
+
+  /// Publishes that this rank has started `count` collectives (a store into its own word).
+  void publish(std::uint64_t count) noexcept {
+    if (started == nullptr) return;
+    std::atomic_ref<std::uint64_t>(*started).store(count, std::memory_order_release);
+    if (separate_model) MPI_Win_sync(win);
+  }
+
+  /// Reads the other ranks' words and says which of them have not started collective `seq`:
+  /// "rank 2 has not started it (the last collective it started is #40); rank 1 has".
+  std::string missing_ranks(std::uint64_t seq) {
+    if (win == MPI_WIN_NULL) {
+      return "another rank has not started it (this communicator does not track which: it was "
+             "created with missing_ranks::not_named)";
+    }
+    const std::size_t n = static_cast<std::size_t>(size);
+    if (probes.size() != n) {
+      probes.assign(n, MPI_REQUEST_NULL);
+      probed.assign(n, 0);
+    }
+    std::vector<std::string> errors;
+    std::vector<bool> failed(n, false);
+    for (int q = 0; q < size; ++q) {
+      const auto k = static_cast<std::size_t>(q);
+      if (q == rank || probes[k] != MPI_REQUEST_NULL) continue;
+      const int rc = MPI_Rget(&probed[k], 1, MPI_UINT64_T, q, 0, 1, MPI_UINT64_T, win, &probes[k]);
+      if (rc != MPI_SUCCESS) {
+        probes[k] = MPI_REQUEST_NULL;
+        failed[k] = true;
+        errors.push_back("rank " + std::to_string(q) + ": " + mpi_error_string(rc));
+      }
+    }
+    const auto limit = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(1));
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<bool> done(n, false);
+    for (;;) {
+      bool all = true;
+      for (int q = 0; q < size; ++q) {
+        const auto k = static_cast<std::size_t>(q);
+        if (q == rank || failed[k] || done[k]) continue;
+        int flag = 0;
+        const int rc = MPI_Test(&probes[k], &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          probes[k] = MPI_REQUEST_NULL;
+          failed[k] = true;
+          errors.push_back("rank " + std::to_string(q) + ": " + mpi_error_string(rc));
+        } else if (flag) {
+          done[k] = true;
+        } else {
+          all = false;
+        }
+      }
+      if (all || std::chrono::steady_clock::now() - start >= limit) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    std::vector<int> missing, present, silent;
+    std::vector<std::string> last;
+    for (int q = 0; q < size; ++q) {
+      const auto k = static_cast<std::size_t>(q);
+      if (q == rank) continue;
+      if (failed[k]) continue;
+      if (!done[k]) {
+        silent.push_back(q);
+      } else if (probed[k] > seq) {
+        present.push_back(q);
+      } else {
+        missing.push_back(q);
+        last.push_back(probed[k] == 0 ? "none" : "#" + std::to_string(probed[k] - 1));
+      }
+    }
+    std::string s;
+    if (!missing.empty()) {
+      s = ranks_phrase(missing) + (missing.size() == 1 ? " has" : " have") +
+          " not started it (the last " +
+          (missing.size() == 1 ? "collective it" : "collectives they") +
+          " started: " + join_list(last) + ")";
+      if (!present.empty()) {
+        s += "; " + ranks_phrase(present) + (present.size() == 1 ? " has" : " have");
+      }
+    } else if (silent.empty() && errors.empty()) {
+      s = "every other rank has started it, yet it has not completed here: a rank that started it "
+          "may not be calling MPI (Open MPI advances a non-blocking collective only inside MPI "
+          "calls such as wait() and test()), or its data are still in transit";
+    } else if (!present.empty()) {
+      s = ranks_phrase(present) + (present.size() == 1 ? " has" : " have") + " started it";
+    }
+    if (!silent.empty()) {
+      if (!s.empty()) s += "; ";
+      s += ranks_phrase(silent) + " did" + " not answer the progress query within " +
+           std::to_string(limit.count()) + " ms, so whether " +
+           (silent.size() == 1 ? "it has" : "they have") + " started it is unknown";
+    }
+    if (!errors.empty()) {
+      if (!s.empty()) s += "; ";
+      s += "the progress query failed for " + join_list(errors);
+    }
+    return s;
   }
 };
 
@@ -249,6 +444,10 @@ class mpi_environment {
   thread_level provided_ = thread_level::single;
   bool owns_ = false;
 };
+
+/// Whether an mpi_comm names the ranks that have not started a collective when a wait times out
+/// (through a one-word MPI window per rank; see the header comment).
+enum class missing_ranks { named, not_named };
 
 /// A communicator over MPI (see the header comment). Move-only (a moved-from mpi_comm may only
 /// be destroyed or assigned to); requests keep what they need alive, so a request may outlive the
@@ -346,10 +545,11 @@ class mpi_comm {
     [[noreturn, gnu::cold, gnu::noinline]] void timed_out(std::chrono::milliseconds timeout) const {
       throw dist_error("hone::dist::mpi_comm: " + describe() + " did not complete within " +
                        std::to_string(timeout.count()) + " ms on rank " +
-                       std::to_string(state_->rank) + " of " + std::to_string(state_->size) +
-                       ": another rank has not started it (it skipped this collective, called "
-                       "another one, is stuck, or died). The request is still pending: wait() "
-                       "again, or end the job (mpi_comm::abort)");
+                       std::to_string(state_->rank) + " of " + std::to_string(state_->size) + ": " +
+                       state_->missing_ranks(seq_) +
+                       ". A rank that has not started a collective skipped it, called another "
+                       "one, is stuck, or died. The request is still pending: wait() again, or "
+                       "end the job (mpi_comm::abort)");
     }
 
     void finish_or_abort() noexcept {
@@ -376,8 +576,11 @@ class mpi_comm {
   };
 
   /// Duplicates `base` (MPI must be initialized: hone::dist::mpi_environment or the program).
+  /// Collective over `base`; so is its destruction (with missing_ranks::named, which creates a
+  /// one-word window per rank).
   explicit mpi_comm(MPI_Comm base = MPI_COMM_WORLD,
-                    std::chrono::milliseconds timeout = default_timeout)
+                    std::chrono::milliseconds timeout = default_timeout,
+                    missing_ranks naming = missing_ranks::named)
       : state_(std::make_shared<detail::mpi_state>()) {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
@@ -396,6 +599,7 @@ class mpi_comm {
     detail::mpi_check(MPI_Comm_rank(s.comm, &s.rank), "mpi_comm: MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(s.comm, &s.size), "mpi_comm: MPI_Comm_size");
     detail::mpi_check(MPI_Op_create(&detail::mpi_nan_max, 1, &s.max_op), "mpi_comm: MPI_Op_create");
+    if (naming == missing_ranks::named) s.create_window();
   }
 
   mpi_comm(mpi_comm&&) noexcept = default;
@@ -412,6 +616,8 @@ class mpi_comm {
   }
   /// The duplicated MPI communicator, for the program's own MPI calls beside hone's.
   [[nodiscard]] MPI_Comm native() const noexcept { return state_->comm; }
+  /// Whether a timeout names the ranks that have not started the collective.
+  [[nodiscard]] bool names_missing_ranks() const noexcept { return state_->win != MPI_WIN_NULL; }
 
   /// In place: every rank's `data` becomes the elementwise reduction over the ranks.
   template <class T>
@@ -525,6 +731,7 @@ class mpi_comm {
 
   request started(MPI_Request r, const char* op, const char* detail, std::size_t count,
                   const char* type) {
+    state_->publish(state_->sequence + 1);
     return request(state_, r, op, detail, count, type, state_->sequence++);
   }
 
