@@ -13,8 +13,10 @@ HONE_APT_PACKAGES=(
 )
 # Python packages from PyPI: Conan 2 for the package test; safetensors and numpy for the
 # checkpoint interop test (tests/checkpoint/interop.py); perfetto (its trace schema,
-# perfetto_trace_pb2) and protobuf for the profile interop test (tests/profile/interop.py).
-HONE_PIP_PACKAGES=("conan>=2.34,<3" "safetensors>=0.4" "numpy" "perfetto" "protobuf")
+# perfetto_trace_pb2) and protobuf for the profile interop test (tests/profile/interop.py);
+# tensorboard (its event file readers) for the metrics interop test
+# (tests/profile/interop_metrics.py).
+HONE_PIP_PACKAGES=("conan>=2.34,<3" "safetensors>=0.4" "numpy" "perfetto" "protobuf" "tensorboard")
 
 hone_missing_apt() {
   local p missing=()
@@ -48,7 +50,8 @@ hone_install_deps() {
   fi
   if ! command -v conan >/dev/null 2>&1 ||
      ! python3 -c "import safetensors, numpy" >/dev/null 2>&1 ||
-     ! python3 -c "import perfetto.protos.perfetto.trace.perfetto_trace_pb2" >/dev/null 2>&1; then
+     ! python3 -c "import perfetto.protos.perfetto.trace.perfetto_trace_pb2" >/dev/null 2>&1 ||
+     ! python3 -c "import tensorboard.backend.event_processing.event_accumulator" >/dev/null 2>&1; then
     echo "== installing pip packages: ${HONE_PIP_PACKAGES[*]}"
     python3 -m pip install -q "${HONE_PIP_PACKAGES[@]}" ||
       python3 -m pip install -q --break-system-packages "${HONE_PIP_PACKAGES[@]}" ||
