@@ -11,8 +11,9 @@
 // program's own messages) whose errors return codes: a failed MPI call becomes hone::dist_error
 // naming the operation and MPI's error string. Collectives start non-blocking MPI operations
 // (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather, MPI_Ibcast, MPI_Ibarrier) and
-// return a request. request::wait() polls MPI_Test; when the collective is not complete after the
-// communicator's timeout (default 300 s, counted from the call to wait()), it throws
+// return a request. request::wait() polls MPI_Test (back to back for up to mpi_comm::spin_time,
+// then every 100 us); when the collective is not complete after the communicator's timeout
+// (default 300 s, counted from the call to wait()), it throws
 // hone::dist_error naming the operation, its sequence number on this communicator, the timeout,
 // this rank and the ranks that have not started that collective. The request then stays
 // pending: wait() may be called again (a slow rank may yet arrive), or the job ended with
@@ -455,6 +456,8 @@ enum class missing_ranks { named, not_named };
 class mpi_comm {
  public:
   static constexpr std::chrono::milliseconds default_timeout{std::chrono::seconds(300)};
+  /// How long request::wait() calls MPI_Test without sleeping before it polls every 100 us.
+  static constexpr std::chrono::milliseconds spin_time{std::chrono::seconds(1)};
 
   /// A started collective. Move-only; default-constructed, it is complete.
   class request {
@@ -480,17 +483,21 @@ class mpi_comm {
       if (test()) return;
       const auto timeout = state_->timeout;
       const auto start = std::chrono::steady_clock::now();
-      // Yield for the first millisecond (a collective that is about to complete is seen at
-      // once), then poll every 100 us so that a long wait leaves the core to others.
+      // Open MPI advances a non-blocking collective only inside MPI calls (ompi#9759), so a
+      // transfer moves only while wait() calls MPI_Test. For the first millisecond the calls
+      // follow each other at once (as MPI_Wait's progress loop does); up to spin_time each call
+      // is followed by a yield (ranks that share cores let each other run); after that a call
+      // every 100 us, so that a rank waiting long for a missing one leaves its core to others.
       for (;;) {
+        if (test()) return;
         const auto waited = std::chrono::steady_clock::now() - start;
-        if (waited < std::chrono::milliseconds(1)) {
+        if (waited >= timeout) timed_out(timeout);
+        if (waited < std::chrono::milliseconds(1)) continue;
+        if (waited < spin_time) {
           std::this_thread::yield();
         } else {
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
-        if (test()) return;
-        if (std::chrono::steady_clock::now() - start >= timeout) timed_out(timeout);
       }
     }
 
