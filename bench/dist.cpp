@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     std::printf(
         "allreduce_bus_bandwidth: %d ranks, float sum in place; time per call (median), "
         "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
-        "mpi time / hone time\n",
+        "mpi time / row time\n",
         size);
     std::printf("%10s %6s %3s | %10s %7s |", "bytes", "calls", "rep", "mpi us", "busbw");
     for (const char* name : {"hone", "nowin", "mpi_nb"}) {
