@@ -14,7 +14,12 @@
 //   ckpt_async_stall           hone: the time checkpoint_writer::save (async) blocks the caller,
 //                              i.e. the snapshot copy of the 1 GiB into the reused staging
 //                              buffer; the background write (to tmpfs) is waited for untimed.
-//                              limit: one memcpy of the same bytes into a preallocated buffer.
+//                              limit: one memcpy of the same bytes into a preallocated buffer;
+//                              limit_tensors: one memcpy per model tensor, from the tensors' own
+//                              allocations into consecutive places of one preallocated buffer
+//                              (the snapshot's copies without the writer: for tensors below
+//                              glibc's non-temporal threshold memcpy keeps ordinary stores,
+//                              which one 1 GiB call does not).
 //   ckpt_compress_{bf16_weights,adam_v}  hone: write_compressed_to (automatic transform per tensor
 //                              + zstd level 1, 1 MiB chunks) into an in-memory sink kept between
 //                              iterations, of trained-like data, 64
@@ -293,16 +298,30 @@ void async_stall_hone(benchmark::State& state) {
   hone_bench::report_threads(state);
 }
 
-void async_stall_limit(benchmark::State& state) {
+/// The limit rows of ckpt_async_stall: `per_tensor` false copies the flat 1 GiB in one memcpy,
+/// true copies each model tensor from its own allocation (as the snapshot does).
+void async_stall_limit(benchmark::State& state, bool per_tensor) {
   static hone::buffer<std::byte> dst = [] {
     hone::buffer<std::byte> b(ckpt_bytes);
     std::memset(b.data(), 0, ckpt_bytes);
     return b;
   }();
-  const std::byte* src = flat().data();
-  std::memcpy(dst.data(), src, ckpt_bytes);
+  auto& m = model();
+  const auto copy = [&] {
+    if (!per_tensor) {
+      std::memcpy(dst.data(), flat().data(), ckpt_bytes);
+      return;
+    }
+    std::byte* out = dst.data();
+    for (const auto& t : m.tensors) {
+      const std::size_t n = t.size() * sizeof(float);
+      std::memcpy(out, t.data(), n);
+      out += n;
+    }
+  };
+  copy();
   for (auto _ : state) {
-    std::memcpy(dst.data(), src, ckpt_bytes);
+    copy();
     benchmark::ClobberMemory();
   }
   hone_bench::report_bytes(state, ckpt_bytes);
@@ -626,7 +645,10 @@ bool register_benchmarks() {
                     [on_disk](benchmark::State& s) { load_hone(s, on_disk); });
   }
   hone_bench::add("ckpt_async_stall", "hone", async_stall_hone);
-  hone_bench::add("ckpt_async_stall", "limit", async_stall_limit);
+  hone_bench::add("ckpt_async_stall", "limit",
+                  [](benchmark::State& s) { async_stall_limit(s, false); });
+  hone_bench::add("ckpt_async_stall", "limit_tensors",
+                  [](benchmark::State& s) { async_stall_limit(s, true); });
   hone_bench::add("ckpt_compress_bf16_weights", "hone",
                   [](benchmark::State& s) { compress_hone(s, true); });
   hone_bench::add("ckpt_compress_adam_v", "hone",
