@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/fixed_grad_model.hpp"
 #include "support/harness.hpp"
 #include "support/limit.hpp"
 #include "support/optim_data.hpp"
@@ -272,16 +273,10 @@ hone::arena_layout make_layout(const std::vector<std::size_t>& sizes) {
   return hone_bench::optim_layout(sizes);
 }
 
-/// Fills p[0, n) with base + (i % 1024) / 1024 (the values of bench_core's tensors) on the oneTBB
-/// workers.
+/// Fills p[0, n) with base + (i % 1024) / 1024 on the oneTBB workers (hone_bench::fill_pattern).
 template <class T>
 void fill(T* p, std::size_t n, float base) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 16),
-                    [p, base](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        p[i] = T(base + static_cast<float>(i % 1024) * (1.0f / 1024.0f));
-                      }
-                    });
+  hone_bench::fill_pattern(p, n, base);
 }
 
 /// fp32 master weights and gradients in arenas laid out for one mix, and its fp32 AdamW state
@@ -507,43 +502,8 @@ std::size_t full_step_limit(hone_bench::stream_kernel kernel) {
 
 constexpr std::size_t trainer_total = hone_bench::optim_16M;
 
-struct no_batch {};
-
-/// A model whose backward pass leaves precomputed gradients: forward_backward copies them from a
-/// fixed buffer into the gradient views. Weights and gradients live in arenas laid out like the
-/// trainer's, so the trainer uses the fp32 weights as its master weights in place (zero copy).
-struct fixed_grad_model {
-  hone::arena_layout layout;
-  hone::arena<float> weights;
-  hone::arena<float> grads;
-  hone::arena<float> fixed;
-  std::size_t params = 0;
-
-  explicit fixed_grad_model(const std::vector<std::size_t>& sizes)
-      : layout(make_layout(sizes)), weights(layout), grads(layout), fixed(layout) {
-    for (std::size_t n : sizes) params += n;
-    fill(weights.all().data(), layout.total(), 0.5f);
-    fill(fixed.all().data(), layout.total(), 0.25f);
-  }
-
-  std::vector<hone::parameter<float>> parameters() {
-    std::vector<hone::parameter<float>> ps;
-    ps.reserve(layout.size());
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      ps.push_back({layout[i].name, {layout[i].count}, weights.view(i), grads.view(i)});
-    }
-    return ps;
-  }
-
-  float forward_backward(const no_batch&, float /*loss_scale*/) {
-    struct copy {
-      void operator()(float& g, const float& f) const { g = f; }
-    };
-    hone::for_each(layout.total(), copy{}, grads.all().data(),
-                   static_cast<const float*>(fixed.all().data()));
-    return 1.0f;
-  }
-};
+using hone_bench::fixed_grad_model;
+using hone_bench::no_batch;
 
 fixed_grad_model& trainer_model() {
   static fixed_grad_model m(mix(trainer_total));

@@ -52,6 +52,7 @@
 #include <hone/train/trainer.hpp>
 #include <vector>
 
+#include "support/fixed_grad_model.hpp"
 #include "support/harness.hpp"
 #include "support/optim_data.hpp"
 
@@ -184,40 +185,9 @@ void trace_write(benchmark::State& state, bool perfetto) {
 
 // ---- trainer_step ------------------------------------------------------------------------------
 
-struct no_batch {};
-
-/// A model whose backward pass leaves fixed gradients (bench/optim.cpp's trainer_overhead model,
-/// at 1 Mi parameters): forward_backward copies them into the gradient views. Weights and
-/// gradients live in arenas laid out like the trainer's, so the trainer uses the weights in place.
-struct fixed_grad_model {
-  hone::arena_layout layout;
-  hone::arena<float> weights;
-  hone::arena<float> grads;
-  hone::arena<float> fixed;
-
-  explicit fixed_grad_model(const std::vector<std::size_t>& sizes)
-      : layout(hone_bench::optim_layout(sizes)), weights(layout), grads(layout), fixed(layout) {
-    std::fill_n(weights.all().data(), layout.total(), 0.5f);
-    std::fill_n(grads.all().data(), layout.total(), 0.0f);
-    std::fill_n(fixed.all().data(), layout.total(), 0.25f);
-  }
-  std::vector<hone::parameter<float>> parameters() {
-    std::vector<hone::parameter<float>> ps;
-    ps.reserve(layout.size());
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      ps.push_back({layout[i].name, {layout[i].count}, weights.view(i), grads.view(i)});
-    }
-    return ps;
-  }
-  float forward_backward(const no_batch&, float /*loss_scale*/) {
-    struct copy {
-      void operator()(float& g, const float& f) const { g = f; }
-    };
-    hone::for_each(layout.total(), copy{}, grads.all().data(),
-                   static_cast<const float*>(fixed.all().data()));
-    return 1.0f;
-  }
-};
+// The model: bench_optim's trainer_overhead model (bench/support/fixed_grad_model.hpp).
+using hone_bench::fixed_grad_model;
+using hone_bench::no_batch;
 
 /// The tensor sizes of the two models: bench_optim's 1 Mi mix, and one tensor of 1024 (a step
 /// of a few microseconds, where the observer's own cost shows).
