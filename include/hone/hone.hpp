@@ -8,6 +8,7 @@
 
 #include "hone/checkpoint.hpp"
 #include "hone/core.hpp"
+#include "hone/data.hpp"
 #include "hone/dist.hpp"
 #include "hone/io.hpp"
 #include "hone/offload.hpp"

@@ -1,0 +1,318 @@
+// Tests of hone/data/line_dataset.hpp: the record rules of text, CSV and JSON Lines (last line
+// without a newline, empty lines, BOM, invalid UTF-8, CRLF, empty file), the parallel index
+// against the sequential reference on random and adversarial inputs (many chunk sizes, quotes
+// straddling chunk boundaries, several thread counts), the saved index (reused, rebuilt when
+// stale, refused under require_valid), CSV field splitting, and a sparse file past 4 GiB.
+#define BOOST_TEST_MODULE hone_data_lines
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <hone/data/line_dataset.hpp>
+#include <hone/io/file_io.hpp>
+
+#include "../support/temp_dir.hpp"
+
+namespace data = hone::data;
+namespace io = hone::io;
+namespace fs = std::filesystem;
+using data::line_format;
+
+namespace {
+
+std::vector<std::string> records_of(const fs::path& p, line_format f,
+                                    data::line_dataset_options opt = {}) {
+  data::line_dataset ds(p, f, opt);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.emplace_back(ds.get(i));
+  return out;
+}
+
+std::vector<std::string> records_of(const hone_test::temp_dir& d, std::string_view content,
+                                    line_format f) {
+  const fs::path p = d / "f.txt";
+  io::write_file(p, content, false);
+  fs::remove(p.string() + ".hidx");
+  return records_of(p, f);
+}
+
+using strings = std::vector<std::string>;
+
+// The whole-extent parallel index for a string.
+std::vector<std::uint64_t> par(line_format f, std::string_view s, std::size_t chunk,
+                               std::size_t threads) {
+  return data::build_line_index(f, s, {{0, s.size()}}, chunk, threads);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(text_record_rules) {
+  hone_test::temp_dir d("data-lines");
+  BOOST_TEST(records_of(d, "", line_format::text) == strings{});
+  BOOST_TEST(records_of(d, "a", line_format::text) == strings{"a"});
+  BOOST_TEST(records_of(d, "a\n", line_format::text) == strings{"a"});
+  BOOST_TEST(records_of(d, "a\nb", line_format::text) == (strings{"a", "b"}));
+  BOOST_TEST(records_of(d, "\n", line_format::text) == strings{""});
+  BOOST_TEST(records_of(d, "a\n\n\nb\n", line_format::text) == (strings{"a", "", "", "b"}));
+  BOOST_TEST(records_of(d, "a\r\nb\r\n\r\nc", line_format::text) == (strings{"a", "b", "", "c"}));
+  BOOST_TEST(records_of(d, "\xEF\xBB\xBFhead\nx", line_format::text) == (strings{"head", "x"}));
+  BOOST_TEST(records_of(d, "\xEF\xBB\xBF", line_format::text) == strings{});
+  // Invalid UTF-8 and NUL bytes come back as they are.
+  const std::string bad("\xff\xfe\x00z\xc3\n\x80", 7);
+  BOOST_TEST(records_of(d, bad, line_format::text) ==
+             (strings{std::string("\xff\xfe\x00z\xc3", 5), "\x80"}));
+  // A lone '\r' inside a line is kept; only the one before '\n' goes.
+  BOOST_TEST(records_of(d, "a\rb\r\r\n", line_format::text) == strings{"a\rb\r"});
+}
+
+BOOST_AUTO_TEST_CASE(jsonl_skips_empty_lines_and_parses_on_request) {
+  hone_test::temp_dir d("data-jsonl");
+  const fs::path p = d / "f.jsonl";
+  io::write_file(p, "\xEF\xBB\xBF{\"a\":1}\r\n\r\n\n[2,3]\n{oops}", false);
+  data::line_dataset ds(p, line_format::jsonl);
+  BOOST_TEST(ds.size() == 3U);
+  BOOST_TEST(ds.get(0) == "{\"a\":1}");
+  BOOST_TEST(ds.get(1) == "[2,3]");
+  BOOST_TEST(ds.json(0).at("a").as_u64() == 1U);
+  BOOST_TEST(ds.offset(2) == 21U);
+  try {
+    (void)ds.json(2);
+    BOOST_FAIL("record 2 is not JSON");
+  } catch (const io::format_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("record 2 at byte 21") != std::string::npos, m);
+  }
+  BOOST_CHECK_THROW((void)ds.get(3), hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(csv_records_and_fields) {
+  hone_test::temp_dir d("data-csv");
+  const std::string csv =
+      "id,text\r\n"
+      "1,\"hello, world\"\r\n"
+      "\r\n"
+      "2,\"line one\r\nline two\"\r\n"
+      "3,\"say \"\"hi\"\"\"\n"
+      "4,\"\"\n"
+      "5,,\"\n\"";
+  const fs::path p = d / "f.csv";
+  io::write_file(p, csv, false);
+  data::line_dataset ds(p, line_format::csv);
+  BOOST_TEST(ds.size() == 6U);
+  BOOST_TEST(ds.get(2) == "2,\"line one\r\nline two\"");
+  std::string buf;
+  std::vector<std::string_view> f;
+  ds.fields(1, buf, f);
+  BOOST_TEST(f.size() == 2U);
+  BOOST_TEST(f[1] == "hello, world");
+  ds.fields(2, buf, f);
+  BOOST_TEST(f[1] == "line one\r\nline two");
+  ds.fields(3, buf, f);
+  BOOST_TEST(f[1] == "say \"hi\"");
+  ds.fields(4, buf, f);
+  BOOST_TEST(f.size() == 2U);
+  BOOST_TEST(f[1] == "");
+  ds.fields(5, buf, f);
+  BOOST_TEST(f.size() == 3U);
+  BOOST_TEST(f[1] == "");
+  BOOST_TEST(f[2] == "\n");
+  // A file that ends inside quotes is refused with a sentence.
+  const fs::path q = d / "open.csv";
+  io::write_file(q, "a,\"never closed\nb,c\n", false);
+  try {
+    data::line_dataset bad(q, line_format::csv);
+    BOOST_FAIL("an unterminated quote must be refused");
+  } catch (const io::format_error& e) {
+    BOOST_TEST(std::string(e.what()).find("ends inside a quoted field") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parallel_index_matches_sequential_reference) {
+  std::mt19937_64 rng(12345);
+  // Alphabets that make quotes, newlines and CRLF dense, so chunk boundaries fall inside quoted
+  // fields, between the two quotes of "", and between '\r' and '\n'.
+  const std::string alphabets[] = {"\"\n", "\"\n\r,a", "a\n", "\n", "\"\"\n,x\r", "ab,\"\n\n"};
+  int compared = 0;
+  for (int round = 0; round < 300; ++round) {
+    const std::string& alpha = alphabets[static_cast<std::size_t>(round) % std::size(alphabets)];
+    const std::size_t n = rng() % 400;
+    std::string s;
+    if (round % 7 == 0) s = "\xEF\xBB\xBF";
+    for (std::size_t i = 0; i < n; ++i) s += alpha[rng() % alpha.size()];
+    for (line_format f : {line_format::text, line_format::csv, line_format::jsonl}) {
+      bool quoted = false;
+      for (char c : s) quoted = quoted != (c == '"' && f == line_format::csv);
+      const auto ref = data::detail::sequential_index(f, s);
+      for (std::size_t chunk : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{5},
+                                std::size_t{16}, std::size_t{97}, std::size_t{1} << 20}) {
+        if (quoted) {
+          BOOST_CHECK_THROW((void)par(f, s, chunk, 2), io::format_error);
+          continue;
+        }
+        const auto got = par(f, s, chunk, 1 + round % 3);
+        BOOST_TEST(got == ref, "format " << data::format_name(f) << " chunk " << chunk
+                                         << " input size " << s.size());
+        ++compared;
+      }
+    }
+  }
+  BOOST_TEST(compared > 1000);
+  // A hand-made straddle: the quoted newline is at every position relative to the chunk edges.
+  const std::string s = "a,\"x\ny\"\"z\"\nb,\"\n\"\n";
+  const auto ref = data::detail::sequential_index(line_format::csv, s);
+  BOOST_TEST(ref == (std::vector<std::uint64_t>{0, 11}));
+  for (std::size_t chunk = 1; chunk <= s.size(); ++chunk) {
+    BOOST_TEST(par(line_format::csv, s, chunk, 4) == ref, "chunk " << chunk);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(threads_give_the_same_index_file) {
+  hone_test::temp_dir d("data-threads");
+  std::mt19937_64 rng(7);
+  std::string s;
+  for (int i = 0; i < 20000; ++i) {
+    s += std::to_string(rng() % 1000) + ",\"q" + ((rng() % 4 == 0) ? "\n" : "") + "\"";
+    s += (rng() % 5 == 0) ? "\r\n" : "\n";
+  }
+  const fs::path p = d / "big.csv";
+  io::write_file(p, s, false);
+  data::line_dataset_options one;
+  one.threads = 1;
+  one.chunk_bytes = 4096;
+  one.index_path = d / "one.hidx";
+  data::line_dataset a(p, line_format::csv, one);
+  data::line_dataset_options many = one;
+  many.threads = 4;
+  many.chunk_bytes = 333;
+  many.index_path = d / "many.hidx";
+  data::line_dataset b(p, line_format::csv, many);
+  BOOST_TEST(a.size() == 20000U);
+  BOOST_TEST(std::vector<std::uint64_t>(a.offsets().begin(), a.offsets().end()) ==
+             std::vector<std::uint64_t>(b.offsets().begin(), b.offsets().end()));
+  BOOST_TEST((io::hash_file(*one.index_path) == io::hash_file(*many.index_path)));
+  BOOST_TEST(a.offsets().size() * 8 + 80 == fs::file_size(*one.index_path));  // 8 bytes a record
+}
+
+BOOST_AUTO_TEST_CASE(saved_index_is_reused_rebuilt_or_refused) {
+  hone_test::temp_dir d("data-stale");
+  const fs::path p = d / "f.txt";
+  io::write_file(p, "one\ntwo\nthree\n", false);
+  {
+    data::line_dataset ds(p, line_format::text);
+    BOOST_TEST(ds.index_rebuilt());
+    BOOST_TEST(fs::exists(p.string() + ".hidx"));
+  }
+  {
+    data::line_dataset_options o;
+    o.policy = data::index_policy::require_valid;
+    data::line_dataset ds(p, line_format::text, o);
+    BOOST_TEST(!ds.index_rebuilt());
+    BOOST_TEST(ds.size() == 3U);
+    BOOST_TEST(ds.get(2) == "three");
+  }
+  // Another format is not served by this index.
+  BOOST_TEST(data::line_dataset(p, line_format::jsonl).index_rebuilt());
+  // The same size, a different content and mtime: stale.
+  io::write_file(p, "uno\ndos\ntres\n", false);  // rebuilt as text, then changed
+  data::line_dataset_options req;
+  req.policy = data::index_policy::require_valid;
+  data::line_dataset(p, line_format::text);  // index for the current content
+  io::write_file(p, "ONE\nTWO\nTHREE\n\n", false);
+  try {
+    data::line_dataset ds(p, line_format::text, req);
+    BOOST_FAIL("a stale index must be refused under require_valid");
+  } catch (const io::format_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("size changed from 13 to 15") != std::string::npos, m);
+  }
+  {
+    data::line_dataset ds(p, line_format::text);
+    BOOST_TEST(ds.index_rebuilt());
+    BOOST_TEST(ds.size() == 4U);
+    BOOST_TEST(ds.get(2) == "THREE");
+  }
+  // Same size, same mtime (restored), different head: caught by the content hash.
+  const auto t = fs::last_write_time(p);
+  io::write_file(p, "one\nTWO\nTHREE\n\n", false);
+  fs::last_write_time(p, t);
+  try {
+    data::line_dataset ds(p, line_format::text, req);
+    BOOST_FAIL("a changed content must be refused");
+  } catch (const io::format_error& e) {
+    BOOST_TEST(std::string(e.what()).find("content") != std::string::npos, e.what());
+  }
+  // A damaged index file is rebuilt, or refused with a sentence.
+  data::line_dataset(p, line_format::text);
+  {
+    io::output_file out(p.string() + ".hidx", io::create_mode::truncate);
+    out.write("HONEHIDX");
+    out.close();
+  }
+  BOOST_CHECK_THROW(data::line_dataset(p, line_format::text, req), io::format_error);
+  BOOST_TEST(data::line_dataset(p, line_format::text).index_rebuilt());
+  BOOST_TEST(!data::line_dataset(p, line_format::text).index_rebuilt());
+  // A flipped offset byte breaks the checksum.
+  {
+    const fs::path ip = p.string() + ".hidx";
+    const int fd = ::open(ip.c_str(), O_WRONLY);
+    BOOST_REQUIRE(fd >= 0);
+    const char x = 9;
+    BOOST_REQUIRE(::pwrite(fd, &x, 1, 64 + 8) == 1);
+    ::close(fd);
+  }
+  try {
+    data::line_dataset ds(p, line_format::text, req);
+    BOOST_FAIL("a damaged index must be refused");
+  } catch (const io::format_error& e) {
+    BOOST_TEST(std::string(e.what()).find("checksum") != std::string::npos, e.what());
+  }
+  // No index at all under require_valid; save_index = false leaves none behind.
+  fs::remove(p.string() + ".hidx");
+  BOOST_CHECK_THROW(data::line_dataset(p, line_format::text, req), io::format_error);
+  data::line_dataset_options nosave;
+  nosave.save_index = false;
+  BOOST_TEST(data::line_dataset(p, line_format::text, nosave).size() == 4U);
+  BOOST_TEST(!fs::exists(p.string() + ".hidx"));
+}
+
+BOOST_AUTO_TEST_CASE(sparse_file_past_4_gib) {
+  hone_test::temp_dir d("data-sparse");
+  const fs::path p = d / "sparse.txt";
+  const std::uint64_t hole = (std::uint64_t{1} << 32) + 12345;
+  const std::string tail = "\nalpha\nbeta\r\ngamma";
+  {
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::ftruncate(fd, static_cast<off_t>(hole)) == 0);
+    BOOST_REQUIRE(::pwrite(fd, tail.data(), tail.size(), static_cast<off_t>(hole)) ==
+                  static_cast<ssize_t>(tail.size()));
+    ::close(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  data::line_dataset ds(p, line_format::text);
+  BOOST_TEST(ds.size() == 4U);  // the zero bytes before the first '\n' are record 0
+  BOOST_TEST(ds.offset(0) == 0U);
+  BOOST_TEST(ds.offset(1) == hole + 1);
+  BOOST_TEST(ds.offset(3) == hole + 13);
+  BOOST_TEST(ds.get(1) == "alpha");
+  BOOST_TEST(ds.get(2) == "beta");
+  BOOST_TEST(ds.get(3) == "gamma");
+  // The saved index holds the offsets past 4 GiB, and is reused.
+  data::line_dataset_options req;
+  req.policy = data::index_policy::require_valid;
+  data::line_dataset again(p, line_format::text, req);
+  BOOST_TEST(again.offset(3) == hole + 13);
+  BOOST_TEST(again.get(3) == "gamma");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE("sparse 4 GiB file indexed twice in " << secs << " s");
+}
