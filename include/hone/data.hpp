@@ -1,5 +1,7 @@
 // hone/data.hpp: the data module: lazy datasets over memory-mapped files (text lines, CSV, JSON
-// Lines) with a saved offset index of 8 bytes per record (docs/data.md).
+// Lines) with a saved offset index of 8 bytes per record, and Megatron-LM's .bin/.idx indexed
+// dataset layout, read and written byte for byte (docs/data.md).
 #pragma once
 
 #include "hone/data/line_dataset.hpp"
+#include "hone/data/megatron.hpp"
