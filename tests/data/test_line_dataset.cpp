@@ -126,6 +126,11 @@ BOOST_AUTO_TEST_CASE(csv_records_and_fields) {
   BOOST_TEST(f.size() == 3U);
   BOOST_TEST(f[1] == "");
   BOOST_TEST(f[2] == "\n");
+  // A quote mid-field (not RFC 4180) still flips the state: one field "ab,c".
+  data::csv_split("a\"b,c\",d", buf, f);
+  BOOST_TEST(f.size() == 2U);
+  BOOST_TEST(f[0] == "ab,c");
+  BOOST_TEST(f[1] == "d");
   // A file that ends inside quotes is refused with a sentence.
   const fs::path q = d / "open.csv";
   io::write_file(q, "a,\"never closed\nb,c\n", false);

@@ -158,6 +158,8 @@ BOOST_AUTO_TEST_CASE(damaged_pairs_are_refused_with_sentences) {
   }
   with_idx(good_idx + "x");
   expect_refused(prefix, "but its header's counts");
+  with_idx(good_idx + std::string(3, '\0'));  // one int8 mode per sequence: multimodal
+  expect_refused(prefix, "multimodal files with sequence modes are not supported");
   with_idx(std::string("NOTIDXX\0\0", 9) + good_idx.substr(9));
   expect_refused(prefix, "magic bytes");
   with_idx(patched(9, std::uint64_t{2}));
