@@ -303,6 +303,17 @@ BOOST_AUTO_TEST_CASE(sparse_file_past_4_gib) {
                   static_cast<ssize_t>(tail.size()));
     ::close(fd);
   }
+  {
+    // Where the file system cannot report holes (no SEEK_DATA), the scan would read 4 GiB of zero
+    // pages: too slow for a unit test, so it is skipped there with a message.
+    const io::input_file in(p);
+    const auto extents = data::detail::data_extents(in.native_handle(), in.size());
+    if (extents.empty() || extents.front().first == 0) {
+      BOOST_TEST_MESSAGE("skipped: the temp directory's file system does not report holes");
+      return;
+    }
+    BOOST_TEST(extents.front().first >= (std::uint64_t{1} << 32) - 4096);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   data::line_dataset ds(p, line_format::text);
   BOOST_TEST(ds.size() == 4U);  // the zero bytes before the first '\n' are record 0
