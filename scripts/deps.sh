@@ -8,7 +8,7 @@ HONE_APT_PACKAGES=(
   cmake g++ make ccache git python3 python3-pip
   clang libclang-rt-14-dev
   libtbb-dev libxtensor-dev libxsimd-dev libzstd-dev libxxhash-dev
-  libboost-test-dev libbenchmark-dev
+  libboost-test-dev libbenchmark-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
 )
 # Python packages from PyPI: Conan 2 for the package test; safetensors and numpy for the

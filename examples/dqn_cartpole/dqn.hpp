@@ -27,8 +27,16 @@
 //   L   = mean_i w_i * huber(td_i)          (w: PER importance weights; Huber = smooth L1, beta 1)
 // then clip_grad_norm(10), Adam, and the sampled items' priorities set to |td|.
 //
+// --algorithm dqn (algorithm::dqn) is Stable-Baselines3's DQN exactly: uniform replay
+// (hone::uniform), 1-step returns (hone::one_step: discount = gamma), the target network's max
+// over actions (no Double DQN), the plain mean Huber loss (weights 1) and no priority updates.
+//
 // The Q-network is a plain 4-256-256-2 MLP (ReLU) over one flat parameter vector laid out by a
-// hone::arena_layout; its loops run over contiguous memory and vectorize.
+// hone::arena_layout. Its matrix products go through the CBLAS sgemm of the BLAS that CMake found
+// at configure time (DQN_CARTPOLE_BLAS, OpenBLAS preferred; DQN_CARTPOLE_OPENBLAS when it is
+// OpenBLAS, which is then held to one thread), else through the loops below, which run over
+// contiguous memory and vectorize. The phases of a step are HONE_ZONEs (dqn.* names); main.cpp's
+// --profile prints their summary.
 #pragma once
 
 #include <algorithm>
@@ -43,19 +51,44 @@
 #include <hone/core/error.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/optim/clipping.hpp>
+#include <hone/profile.hpp>
 #include <hone/rl/actors.hpp>
 #include <hone/rl/replay_buffer.hpp>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cartpole.hpp"
 
+#if defined(DQN_CARTPOLE_BLAS)
+#include <cblas.h>
+#endif
+
 namespace dqn_cartpole {
+
+/// Where the Q-network's matrix products go (chosen at configure time).
+#if defined(DQN_CARTPOLE_OPENBLAS)
+inline constexpr const char* matrix_products = "OpenBLAS cblas_sgemm (1 thread)";
+#elif defined(DQN_CARTPOLE_BLAS)
+inline constexpr const char* matrix_products = "BLAS cblas_sgemm";
+#else
+inline constexpr const char* matrix_products = "the example's own loops (no BLAS found)";
+#endif
+
+/// What the learner does: the default (Double DQN + PER + 3-step returns) or SB3's plain DQN
+/// (uniform replay, 1-step returns, max over the target network's Q).
+enum class algorithm { double_per_nstep, dqn };
+
+/// The flag spelling of an algorithm ("double-per-nstep", "dqn").
+inline const char* to_string(algorithm a) noexcept {
+  return a == algorithm::dqn ? "dqn" : "double-per-nstep";
+}
 
 /// Hyperparameters: the rl-zoo CartPole-v1 settings, plus PER, n-step and the actors.
 struct dqn_config {
+  algorithm algo = algorithm::double_per_nstep;
   std::uint64_t seed = 0;
   double learning_rate = 2.3e-3;
   std::size_t batch_size = 64;
@@ -95,6 +128,8 @@ using transition =
                      hone::field<"discount", float>, hone::field<"policy_version", std::uint64_t>>;
 using replay =
     hone::replay_buffer<transition, hone::prioritized<>, hone::n_step<3>, hone::many_writers>;
+using uniform_replay =
+    hone::replay_buffer<transition, hone::uniform, hone::one_step, hone::many_writers>;
 
 // ---- the Q-network ---------------------------------------------------------------------------
 
@@ -102,10 +137,10 @@ namespace kernels {
 // Row-major matrices; every width is a compile-time constant, so each inner loop has a known trip
 // count (a multiple of the vector width) and vectorizes even at -O2 (GCC's "very cheap" model).
 
-/// out[m x N] = a[m x K] * w[K x N] + bias[N]; zero inputs (ReLU) are skipped.
+/// out[m x N] = a[m x K] * w[K x N] + bias[N] by loops; zero inputs (ReLU) are skipped.
 template <std::size_t K, std::size_t N>
-void linear(const float* HONE_RESTRICT a, const float* HONE_RESTRICT w,
-            const float* HONE_RESTRICT bias, float* HONE_RESTRICT out, std::size_t m) {
+void linear_loops(const float* HONE_RESTRICT a, const float* HONE_RESTRICT w,
+                  const float* HONE_RESTRICT bias, float* HONE_RESTRICT out, std::size_t m) {
   for (std::size_t i = 0; i < m; ++i) {
     float* HONE_RESTRICT o = out + i * N;
     for (std::size_t j = 0; j < N; ++j) o[j] = bias[j];
@@ -117,6 +152,23 @@ void linear(const float* HONE_RESTRICT a, const float* HONE_RESTRICT w,
     }
   }
 }
+/// out[m x N] = a[m x K] * w[K x N] + bias[N]. With BLAS, batches of 4 rows or more go through
+/// sgemm; a single row (an actor's greedy action) stays in the loops, which take 3.6 us for the
+/// whole 4-256-256-2 network there against OpenBLAS's 16 us (measured with --profile).
+template <std::size_t K, std::size_t N>
+void linear(const float* HONE_RESTRICT a, const float* HONE_RESTRICT w,
+            const float* HONE_RESTRICT bias, float* HONE_RESTRICT out, std::size_t m) {
+#if defined(DQN_CARTPOLE_BLAS)
+  if (m >= 4) {
+    for (std::size_t i = 0; i < m; ++i) std::copy(bias, bias + N, out + i * N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, a, static_cast<int>(K), w, static_cast<int>(N), 1.0f,
+                out, static_cast<int>(N));
+    return;
+  }
+#endif
+  linear_loops<K, N>(a, w, bias, out, m);
+}
 template <std::size_t N>
 void relu(float* x, std::size_t m) {
   for (std::size_t i = 0; i < m * N; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -125,6 +177,11 @@ void relu(float* x, std::size_t m) {
 template <std::size_t K, std::size_t N>
 void add_at_b(const float* HONE_RESTRICT a, const float* HONE_RESTRICT d, float* HONE_RESTRICT g,
               std::size_t m) {
+#if defined(DQN_CARTPOLE_BLAS)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(K), static_cast<int>(N),
+              static_cast<int>(m), 1.0f, a, static_cast<int>(K), d, static_cast<int>(N), 1.0f, g,
+              static_cast<int>(N));
+#else
   for (std::size_t i = 0; i < m; ++i) {
     const float* HONE_RESTRICT dr = d + i * N;
     for (std::size_t p = 0; p < K; ++p) {
@@ -134,13 +191,21 @@ void add_at_b(const float* HONE_RESTRICT a, const float* HONE_RESTRICT d, float*
       for (std::size_t j = 0; j < N; ++j) gr[j] += av * dr[j];
     }
   }
+#endif
 }
 /// e[m x K] = (d[m x N] * w^T) where a > 0, else 0 (the input gradient through a ReLU), with
-/// w[K x N]; wt: scratch of N * K floats (w transposed, so the inner loop is an axpy).
+/// w[K x N]; wt: scratch of N * K floats (w transposed, so the loops' inner loop is an axpy).
 template <std::size_t K, std::size_t N>
 void back_relu(const float* HONE_RESTRICT d, const float* HONE_RESTRICT w,
                const float* HONE_RESTRICT a, float* HONE_RESTRICT e, float* HONE_RESTRICT wt,
                std::size_t m) {
+#if defined(DQN_CARTPOLE_BLAS)
+  static_cast<void>(wt);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(K),
+              static_cast<int>(N), 1.0f, d, static_cast<int>(N), w, static_cast<int>(N), 0.0f, e,
+              static_cast<int>(K));
+  for (std::size_t i = 0; i < m * K; ++i) e[i] = a[i] > 0.0f ? e[i] : 0.0f;
+#else
   for (std::size_t p = 0; p < K; ++p) {
     for (std::size_t j = 0; j < N; ++j) wt[j * K + p] = w[p * N + j];
   }
@@ -156,6 +221,7 @@ void back_relu(const float* HONE_RESTRICT d, const float* HONE_RESTRICT w,
     const float* HONE_RESTRICT ar = a + i * K;
     for (std::size_t p = 0; p < K; ++p) er[p] = ar[p] > 0.0f ? er[p] : 0.0f;
   }
+#endif
 }
 /// out[N] += column sums of d[m x N].
 template <std::size_t N>
@@ -329,22 +395,25 @@ struct run_result {
   hone::gate_stats gate;
 };
 
-/// The agent: buffer, networks, optimizer, actors.
-class agent {
+/// The agent: buffer, networks, optimizer, actors; Algo picks the learner (see algorithm).
+template <algorithm Algo>
+class basic_agent {
  public:
-  explicit agent(const dqn_config& c)
+  static constexpr bool plain_dqn = Algo == algorithm::dqn;
+  using replay_type = std::conditional_t<plain_dqn, uniform_replay, replay>;
+
+  explicit basic_agent(const dqn_config& c)
       : cfg_(checked(c)),
-        buffer_(c.buffer_size,
-                hone::prioritized<>{.alpha = c.per_alpha,
-                                    .beta = c.per_beta,
-                                    .beta_final = 1.0,
-                                    .beta_steps = beta_steps(c),
-                                    .epsilon = c.per_eps},
-                hone::n_step<3>{.gamma = c.gamma}, hone::many_writers{}),
+        buffer_(make_buffer(c)),
         opt_{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f},
         opt_state_(opt_, net_.layout()),
         lag_{.pull_every = c.pull_every, .max_lag = c.max_lag},
         pool_({.actors = c.actors}) {
+#if defined(DQN_CARTPOLE_OPENBLAS)
+    // Matrices of 64 x 256 gain nothing from OpenBLAS's threads (SB3's benchmark runs torch with
+    // one thread too), and its pool would compete with the actors.
+    openblas_set_num_threads(1);
+#endif
     hone::replay_rng init_rng(c.seed * 0x9E3779B97F4A7C15ULL + 17);
     online_ = net_.init(init_rng);
     target_ = online_;
@@ -357,9 +426,15 @@ class agent {
     }
   }
 
-  [[nodiscard]] const dqn_config& config() const noexcept { return cfg_; }
-  [[nodiscard]] const qnet& net() const noexcept { return net_; }
-  [[nodiscard]] const std::vector<float>& online() const noexcept { return online_; }
+  [[nodiscard]] const dqn_config& config() const noexcept {
+    return cfg_;
+  }
+  [[nodiscard]] const qnet& net() const noexcept {
+    return net_;
+  }
+  [[nodiscard]] const std::vector<float>& online() const noexcept {
+    return online_;
+  }
 
   /// epsilon at environment step t (SB3's linear schedule).
   [[nodiscard]] double epsilon(std::uint64_t t) const {
@@ -387,6 +462,7 @@ class agent {
       bool solved = false;
       while (next_eval <= steps_) {
         const auto e0 = clock::now();
+        HONE_ZONE("dqn.evaluate");
         eval_record rec;
         rec.env_steps = next_eval;
         rec.train_seconds = train_s;
@@ -414,6 +490,7 @@ class agent {
       const auto t2 = clock::now();
       if (steps_ >= cfg_.learning_starts && round == cfg_.train_freq) {
         last_loss = learn();
+        HONE_ZONE("dqn.publish");
         shared_->publish(online_);
       }
       train_s += std::chrono::duration<double>(clock::now() - t2).count();
@@ -428,12 +505,16 @@ class agent {
   }
 
   /// Environment steps made so far.
-  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] replay& buffer() noexcept { return buffer_; }
+  [[nodiscard]] std::uint64_t steps() const noexcept {
+    return steps_;
+  }
+  [[nodiscard]] replay_type& buffer() noexcept {
+    return buffer_;
+  }
 
  private:
   struct actor {
-    actor(agent& ag, std::size_t index)
+    actor(basic_agent& ag, std::size_t index)
         : params(*ag.shared_, ag.lag_),
           out(ag.buffer_, *ag.gate_),
           rng(ag.cfg_.seed * 1000003ULL + index * 7919ULL + 1) {
@@ -442,7 +523,7 @@ class agent {
     cartpole env;
     std::array<float, 4> obs{};
     hone::actor_params<std::vector<float>> params;
-    hone::gated_writer<replay> out;
+    hone::gated_writer<replay_type> out;
     hone::replay_rng rng;
     qnet::activations act;
     double episode_return = 0.0;
@@ -453,12 +534,26 @@ class agent {
   };
 
   static dqn_config checked(const dqn_config& c) {
+    hone::require(c.algo == Algo, "dqn: the configuration's algorithm is not this agent's");
     hone::require(c.actors >= 1 && c.actors <= c.train_freq,
                   "dqn: the number of actors must be in [1, train_freq]");
     hone::require(c.batch_size >= 1 && c.buffer_size >= c.batch_size,
                   "dqn: the buffer must hold at least one batch");
     hone::require(c.eval_every >= 1 && c.eval_episodes >= 1, "dqn: bad evaluation settings");
     return c;
+  }
+  static replay_type make_buffer(const dqn_config& c) {
+    if constexpr (plain_dqn) {
+      return replay_type(c.buffer_size, hone::uniform{}, hone::one_step{}, hone::many_writers{});
+    } else {
+      return replay_type(c.buffer_size,
+                         hone::prioritized<>{.alpha = c.per_alpha,
+                                             .beta = c.per_beta,
+                                             .beta_final = 1.0,
+                                             .beta_steps = beta_steps(c),
+                                             .epsilon = c.per_eps},
+                         hone::n_step<3>{.gamma = c.gamma}, hone::many_writers{});
+    }
   }
   static std::uint64_t beta_steps(const dqn_config& c) {
     // The PER beta schedule reaches 1 at the end of rl-zoo's 5e4 steps.
@@ -498,7 +593,10 @@ class agent {
       ac.finished.clear();
       most = std::max(most, ac.quota);
     }
-    pool_.run(most, [this, n](std::size_t a) { return act(*actors_[a], a, n); });
+    {
+      HONE_ZONE("dqn.collect");
+      pool_.run(most, [this, n](std::size_t a) { return act(*actors_[a], a, n); });
+    }
     // Episodes in actor order, then the step clock and the target network.
     for (std::size_t a = 0; a < n; ++a) {
       for (const auto& e : actors_[a]->finished) {
@@ -509,6 +607,7 @@ class agent {
     const std::uint64_t before = steps_;
     steps_ += total;
     if (steps_ / cfg_.target_update_interval != before / cfg_.target_update_interval) {
+      HONE_ZONE("dqn.target_copy");
       target_ = online_;  // at least one target update fell in this round; the online net did
                           // not change during it, so this is the copy SB3 would hold
     }
@@ -518,13 +617,18 @@ class agent {
   bool act(actor& ac, std::size_t a, std::size_t n) {
     if (ac.made == ac.quota) return false;
     const std::uint64_t t = ac.first_step + ac.made * n + a;
-    ac.params.tick();
+    {
+      HONE_ZONE("dqn.actor_pull");
+      ac.params.tick();
+    }
     int action;
     if (t < cfg_.learning_starts || ac.rng.uniform() < epsilon(t)) {
       action = static_cast<int>(ac.rng.below(2));
     } else {
+      HONE_ZONE("dqn.actor_forward");
       action = greedy(net_, ac.params.get().data(), ac.obs, ac.act);
     }
+    HONE_ZONE("dqn.env_and_add");
     const step_result r = ac.env.step(action);
     transition::record rec{};
     hone::get<"obs">(rec) = ac.obs;
@@ -533,7 +637,8 @@ class agent {
     hone::get<"next_obs">(rec) = r.obs;
     hone::get<"terminated">(rec) = r.terminated;
     hone::get<"truncated">(rec) = r.truncated;
-    hone::get<"discount">(rec) = 1.0f;
+    // n_step<3> sets discount to gamma^k; with one_step the writer's value is stored as is.
+    hone::get<"discount">(rec) = plain_dqn ? static_cast<float>(cfg_.gamma) : 1.0f;
     hone::get<"policy_version">(rec) = ac.params.version();
     ac.out.add(rec);
     ac.episode_return += r.reward;
@@ -550,11 +655,15 @@ class agent {
 
   // gradient_steps updates; returns the mean loss.
   double learn() {
+    HONE_ZONE("dqn.learn");
     const std::size_t b = cfg_.batch_size;
     const float* const tgt = target_.data();
     double loss_sum = 0.0;
     for (std::size_t g = 0; g < cfg_.gradient_steps; ++g) {
-      buffer_.sample(b, batch_);
+      {
+        HONE_ZONE("dqn.sample");
+        buffer_.sample(b, batch_);
+      }
       const auto obs = batch_.get<"obs">();
       const auto next = batch_.get<"next_obs">();
       const auto actions = batch_.get<"action">();
@@ -562,16 +671,28 @@ class agent {
       const auto discounts = batch_.get<"discount">();
       const auto terminated = batch_.get<"terminated">();
       const auto weights = batch_.weights();
-      // Double DQN target: the online net picks a*, the target net values it.
-      net_.forward(online_.data(), next.data(), b, next_online_);
-      net_.forward(tgt, next.data(), b, next_target_);
-      y_.resize(b);
-      for (std::size_t i = 0; i < b; ++i) {
-        const int best = next_online_.q[i * 2 + 1] > next_online_.q[i * 2] ? 1 : 0;
-        const float bootstrap = terminated[i] ? 0.0f : discounts[i] * next_target_.q[i * 2 + best];
-        y_[i] = rewards[i] + bootstrap;
+      {
+        // Double DQN: the online net picks a*, the target net values it; plain DQN: the target
+        // net's max.
+        HONE_ZONE("dqn.forward_target");
+        net_.forward(tgt, next.data(), b, next_target_);
+        if constexpr (!plain_dqn) net_.forward(online_.data(), next.data(), b, next_online_);
+        y_.resize(b);
+        for (std::size_t i = 0; i < b; ++i) {
+          const float* const qt = next_target_.q.data() + i * 2;
+          float v;
+          if constexpr (plain_dqn) {
+            v = std::max(qt[0], qt[1]);
+          } else {
+            v = qt[next_online_.q[i * 2 + 1] > next_online_.q[i * 2] ? 1 : 0];
+          }
+          y_[i] = rewards[i] + (terminated[i] ? 0.0f : discounts[i] * v);
+        }
       }
-      net_.forward(online_.data(), obs.data(), b, cur_);
+      {
+        HONE_ZONE("dqn.forward");
+        net_.forward(online_.data(), obs.data(), b, cur_);
+      }
       dq_.assign(b * 2, 0.0f);
       td_.resize(b);
       double loss = 0.0;
@@ -586,17 +707,28 @@ class agent {
         td_[i] = ad;
       }
       loss_sum += loss / static_cast<double>(b);
-      net_.backward(online_.data(), obs.data(), b, cur_, dq_.data(), grad_.data(), scratch_);
-      const hone::clip_result clip =
-          hone::clip_grad_norm{.max_norm = cfg_.max_grad_norm}.clip(grad_.data(), grad_.size());
+      {
+        HONE_ZONE("dqn.backward");
+        net_.backward(online_.data(), obs.data(), b, cur_, dq_.data(), grad_.data(), scratch_);
+      }
+      hone::clip_result clip;
+      {
+        HONE_ZONE("dqn.clip");
+        clip =
+            hone::clip_grad_norm{.max_norm = cfg_.max_grad_norm}.clip(grad_.data(), grad_.size());
+      }
       if (!clip.nonfinite) {
+        HONE_ZONE("dqn.adam");
         opt_state_.step(opt_,
                         {.step = ++updates_,
                          .lr = static_cast<float>(cfg_.learning_rate),
                          .grad_scale = clip.coefficient},
                         online_.data(), grad_.data());
       }
-      buffer_.update_priorities(batch_.keys(), td_);
+      if constexpr (!plain_dqn) {
+        HONE_ZONE("dqn.priorities");
+        buffer_.update_priorities(batch_.keys(), td_);
+      }
       ++gradient_steps_;
     }
     return loss_sum / static_cast<double>(cfg_.gradient_steps);
@@ -604,7 +736,7 @@ class agent {
 
   dqn_config cfg_;
   qnet net_;
-  replay buffer_;
+  replay_type buffer_;
   hone::adamw opt_;
   hone::optimizer_state_t<hone::adamw> opt_state_;
   hone::policy_lag lag_;
@@ -624,5 +756,16 @@ class agent {
   qnet::scratch scratch_;
   std::vector<float> y_, dq_, td_;
 };
+
+/// The default agent (Double DQN + PER + 3-step returns) and SB3's plain DQN.
+using agent = basic_agent<algorithm::double_per_nstep>;
+using dqn_agent = basic_agent<algorithm::dqn>;
+
+/// Builds the agent that c.algo names and trains it (basic_agent::train).
+inline run_result train(const dqn_config& c,
+                        const std::function<void(const eval_record&)>& on_eval = {}) {
+  if (c.algo == algorithm::dqn) return dqn_agent(c).train(on_eval);
+  return agent(c).train(on_eval);
+}
 
 }  // namespace dqn_cartpole

@@ -6,6 +6,10 @@
 // steps. Writes DIR/metrics.csv (one row per evaluation), DIR/episodes.csv (one row per training
 // episode) and DIR/curves.png (training returns and evaluation means against environment steps).
 //
+// --algorithm dqn trains Stable-Baselines3's plain DQN (uniform replay, 1-step returns, no Double
+// DQN) instead; --profile prints the time per phase (dqn.hpp's HONE_ZONEs) at the end, and
+// --trace FILE also writes them as a Perfetto trace.
+//
 // Exit status: 0 solved, 1 runtime error, 2 bad flags, 3 not solved within --max-steps.
 #include <charconv>
 #include <cmath>
@@ -14,7 +18,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <hone/core/error.hpp>
+#include <hone/profile.hpp>
+#include <iostream>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -30,10 +37,14 @@ namespace {
 struct options {
   dqn_cartpole::dqn_config cfg;
   std::filesystem::path out = "dqn_cartpole_out";
+  bool profile = false;
+  std::filesystem::path trace;
 };
 
 constexpr const char* usage_text =
     "usage: dqn_cartpole [flags]\n"
+    "  --algorithm A       double-per-nstep (default: Double DQN, prioritized replay, 3-step\n"
+    "                      returns) or dqn (SB3's DQN: uniform replay, 1-step, no Double DQN)\n"
     "  --seed N            seed of the network, the actors and the replay sampling (default 0)\n"
     "  --actors N          parallel actors, 1..256 (default 1; 1 is deterministic)\n"
     "  --buffer-size N     replay capacity, 64..100000000 (default 100000)\n"
@@ -44,6 +55,9 @@ constexpr const char* usage_text =
     "                      than the learner's (one version per training round; default 1)\n"
     "  --out DIR           where metrics.csv, episodes.csv and curves.png go\n"
     "                      (default dqn_cartpole_out)\n"
+    "  --profile           print the time spent in each phase of training at the end\n"
+    "  --trace FILE        also write those phases as a Perfetto trace to FILE (implies\n"
+    "                      --profile)\n"
     "  --help              print this text\n";
 
 [[noreturn]] void bad_flag(const std::string& why) {
@@ -72,9 +86,13 @@ options parse_flags(int argc, char** argv) {
       std::exit(0);
     }
     if (!flag.starts_with("--")) bad_flag("unexpected argument '" + std::string(flag) + "'");
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
     static constexpr std::string_view known[] = {"--seed",      "--actors",     "--buffer-size",
                                                  "--max-steps", "--pull-every", "--policy-lag",
-                                                 "--out"};
+                                                 "--algorithm", "--out",        "--trace"};
     bool is_known = false;
     for (auto k : known) is_known = is_known || k == flag;
     if (!is_known) bad_flag("unknown flag '" + std::string(flag) + "'");
@@ -93,6 +111,18 @@ options parse_flags(int argc, char** argv) {
       o.cfg.pull_every = parse_integer(flag, v, 1, big);
     } else if (flag == "--policy-lag") {
       o.cfg.max_lag = parse_integer(flag, v, 0, big);
+    } else if (flag == "--algorithm") {
+      if (v == "dqn") {
+        o.cfg.algo = dqn_cartpole::algorithm::dqn;
+      } else if (v == "double-per-nstep") {
+        o.cfg.algo = dqn_cartpole::algorithm::double_per_nstep;
+      } else {
+        bad_flag("--algorithm needs 'double-per-nstep' or 'dqn', got '" + std::string(v) + "'");
+      }
+    } else if (flag == "--trace") {
+      if (v.empty()) bad_flag("--trace needs a file name, got ''");
+      o.trace = std::string(v);
+      o.profile = true;
     } else if (flag == "--out") {
       if (v.empty()) bad_flag("--out needs a directory name, got ''");
       o.out = std::string(v);
@@ -181,10 +211,18 @@ int main(int argc, char** argv) {
                         "': " + (ec ? ec.message() : std::string("a file of that name exists")));
     }
     const auto& c = o.cfg;
-    std::printf(
-        "dqn_cartpole: Double DQN + PER (alpha %g, beta %g -> 1) + 3-step returns on "
-        "CartPole-v1, seed %llu\n",
-        c.per_alpha, c.per_beta, static_cast<unsigned long long>(c.seed));
+    if (c.algo == dqn_cartpole::algorithm::dqn) {
+      std::printf(
+          "dqn_cartpole: DQN (uniform replay, 1-step returns, no Double DQN: SB3's DQN) on "
+          "CartPole-v1, seed %llu\n",
+          static_cast<unsigned long long>(c.seed));
+    } else {
+      std::printf(
+          "dqn_cartpole: Double DQN + PER (alpha %g, beta %g -> 1) + 3-step returns on "
+          "CartPole-v1, seed %llu\n",
+          c.per_alpha, c.per_beta, static_cast<unsigned long long>(c.seed));
+    }
+    std::printf("  matrix products: %s\n", dqn_cartpole::matrix_products);
     std::printf(
         "  rl-zoo: lr %g, batch %zu, buffer %zu, learning_starts %llu, gamma %g, "
         "target_update %llu, train_freq %llu, gradient_steps %zu, eps 1 -> %g over %g "
@@ -203,18 +241,34 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(c.eval_every), c.solve_return);
     std::fflush(stdout);
 
-    dqn_cartpole::agent agent(c);
+    std::unique_ptr<hone::profile::trace> trace;
+    if (o.profile) {
+      trace = std::make_unique<hone::profile::trace>(
+          hone::profile::trace_options{.perfetto = o.trace, .process_name = "dqn_cartpole"});
+    }
     hone_examples::progress bar(c.max_steps);
-    const dqn_cartpole::run_result r = agent.train([&](const dqn_cartpole::eval_record& e) {
-      bar.note(format(
-          "steps %6llu  train %6.1f s  eval mean %6.1f (min %3.0f)  train mean100 "
-          "%6.1f  eps %.3f  loss %.4f  v%llu  dropped %llu",
-          static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean, e.eval.min,
-          e.train_return_mean, e.epsilon, e.loss, static_cast<unsigned long long>(e.version),
-          static_cast<unsigned long long>(e.gate.dropped)));
-      bar.update(e.env_steps, format("eval %.1f", e.eval.mean));
-    });
+    const dqn_cartpole::run_result r =
+        dqn_cartpole::train(c, [&](const dqn_cartpole::eval_record& e) {
+          bar.note(
+              format("steps %6llu  train %6.1f s  eval mean %6.1f (min %3.0f)  train mean100 "
+                     "%6.1f  eps %.3f  loss %.4f  v%llu  dropped %llu",
+                     static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean,
+                     e.eval.min, e.train_return_mean, e.epsilon, e.loss,
+                     static_cast<unsigned long long>(e.version),
+                     static_cast<unsigned long long>(e.gate.dropped)));
+          bar.update(e.env_steps, format("eval %.1f", e.eval.mean));
+        });
     bar.finish();
+    if (trace) {
+      trace->close();
+      std::printf(
+          "time per phase (HONE_ZONE; nested: dqn.learn holds dqn.sample ... dqn.priorities, "
+          "dqn.collect holds the actor zones):\n");
+      std::fflush(stdout);
+      hone::profile::print_summary(std::cout, trace->summary());
+      std::cout.flush();
+      if (!o.trace.empty()) std::printf("wrote %s\n", o.trace.string().c_str());
+    }
     write_outputs(o.out, r, c);
     std::printf(
         "transitions: %llu accepted, %llu dropped by the policy-lag bound (largest lag "

@@ -4,7 +4,10 @@
 //   right from rest, and truncation (not termination) at step 500 under a balancing controller;
 // - the Q-network's backward pass against central finite differences (double precision);
 // - the agent with one actor is deterministic: two runs with a seed give the same parameters and
-//   evaluations, another seed does not.
+//   evaluations, another seed does not;
+// - --algorithm dqn (dqn_agent) stores 1-step transitions (reward 1, discount gamma) and samples
+//   them with weights 1, where the default agent stores 3-step returns; a configuration naming
+//   the other algorithm is refused.
 #define BOOST_TEST_MODULE dqn_cartpole
 #include <algorithm>
 #include <boost/test/unit_test.hpp>
@@ -164,4 +167,41 @@ BOOST_AUTO_TEST_CASE(one_actor_is_deterministic) {
   c.seed = 1;
   const auto [p3, r3] = run(c);
   BOOST_TEST((p3 != p1));
+}
+
+BOOST_AUTO_TEST_CASE(plain_dqn_stores_one_step_transitions_and_samples_uniformly) {
+  dqn_cartpole::dqn_config c;
+  c.max_steps = 1280;  // two training rounds once learning has started
+  c.eval_every = 640;
+  c.eval_episodes = 2;
+  c.buffer_size = 4096;
+  BOOST_CHECK_THROW(dqn_cartpole::dqn_agent{c}, std::exception);  // c.algo is the default
+  const auto sampled = [](auto& agent) {
+    const auto r = agent.train();
+    BOOST_TEST(r.gradient_steps == 256u);
+    hone::replay_batch<dqn_cartpole::transition> batch;
+    agent.buffer().sample(512, batch);
+    return std::make_pair(std::vector<float>(batch.template get<"reward">().begin(),
+                                             batch.template get<"reward">().end()),
+                          std::vector<float>(batch.template get<"discount">().begin(),
+                                             batch.template get<"discount">().end()));
+  };
+  dqn_cartpole::agent per(c);
+  const auto [per_rewards, per_discounts] = sampled(per);
+  // 3-step returns: most items (those three or more steps from their episode's end) hold
+  // 1 + gamma + gamma^2 and gamma^3.
+  BOOST_TEST(*std::max_element(per_rewards.begin(), per_rewards.end()) > 2.9f);
+  c.algo = dqn_cartpole::algorithm::dqn;
+  dqn_cartpole::dqn_agent plain(c);
+  const auto [rewards, discounts] = sampled(plain);
+  const float gamma = static_cast<float>(c.gamma);
+  BOOST_TEST(std::all_of(rewards.begin(), rewards.end(), [](float r) { return r == 1.0f; }));
+  BOOST_TEST(
+      std::all_of(discounts.begin(), discounts.end(), [gamma](float d) { return d == gamma; }));
+  hone::replay_batch<dqn_cartpole::transition> batch;
+  plain.buffer().sample(64, batch);
+  const auto w = batch.weights();
+  BOOST_TEST(std::all_of(w.begin(), w.end(), [](float x) { return x == 1.0f; }));
+  // Its learning differs from the default agent's from the same seed.
+  BOOST_TEST((plain.online() != per.online()));
 }
