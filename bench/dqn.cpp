@@ -8,11 +8,18 @@
 // mean return is >= 475, and given up at 100000 steps. The time is the training wall-clock time
 // only (environment steps and learning, evaluations excluded) up to the solving evaluation.
 //
-// Registered as "dqn_cartpole_time_to_solve/hone" with manual time: one repetition per seed,
-// each of one iteration whose time is that seed's training seconds (so results.json's samples_ms
-// has one sample per seed). Counters: env_steps_to_solve (the steps at the solving evaluation, or
-// 100000 when not solved) and solved (1 or 0; their mean over the repetitions is the fraction of
-// seeds solved). Seeds: 0,1,2 by default; --seeds=0,1,2,3,4 to choose.
+// Two rows, each with manual time: one repetition per seed, each of one iteration whose time is
+// that seed's training seconds (so results.json's samples_ms has one sample per seed):
+//   dqn_cartpole_time_to_solve/hone      the example's default (Double DQN + PER + 3-step);
+//   dqn_cartpole_time_to_solve/hone_dqn  --algorithm dqn: SB3's DQN exactly (uniform replay,
+//                                        1-step returns, no Double DQN), the like-for-like row.
+// Counters: env_steps_to_solve (the steps at the solving evaluation, or 100000 when not solved),
+// solved (1 or 0; their mean over the repetitions is the fraction of seeds solved) and
+// ms_per_env_step (training seconds / environment steps, training included: hone's speed apart
+// from how many steps its algorithm needs). Seeds: 0,1,2 by default; --seeds=0,1,2,3,4 to choose.
+// Under bench/driver.py (--hone_serve) a request trains one seed, the next of the list.
+// The Q-network's matrix products go through OpenBLAS when CMake found it
+// (examples/dqn_cartpole/blas.cmake); the program prints which at the start.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -28,6 +35,10 @@
 namespace {
 
 std::vector<std::uint64_t> seeds = {0, 1, 2};
+// Under bench/driver.py (--hone_serve) each request trains the next seed, as the SB3 peer's
+// serve mode does, so that the driver interleaves hone and SB3 seed by seed; otherwise one
+// repetition per seed.
+bool serving = false;
 
 bool parse_seeds(std::string_view text) {
   std::vector<std::uint64_t> out;
@@ -47,31 +58,43 @@ bool parse_seeds(std::string_view text) {
   return true;
 }
 
+template <dqn_cartpole::algorithm Algo>
 void time_to_solve(benchmark::State& state) {
-  static std::size_t next = 0;  // repetition r runs seeds[r % seeds.size()]
+  static std::size_t next = 0;  // repetition r runs seeds[r % seeds.size()] (one per row)
   const std::uint64_t seed = seeds[next++ % seeds.size()];
-  double steps = 0.0, solved = 0.0;
+  double steps = 0.0, solved = 0.0, ms_per_step = 0.0;
   for (auto _ : state) {
     dqn_cartpole::dqn_config c;
     c.seed = seed;
-    dqn_cartpole::agent agent(c);
-    const dqn_cartpole::run_result r = agent.train();
+    c.algo = Algo;
+    const dqn_cartpole::run_result r = dqn_cartpole::train(c);
     state.SetIterationTime(r.train_seconds);
     steps = static_cast<double>(r.env_steps);
     solved = r.solved ? 1.0 : 0.0;
+    ms_per_step = r.env_steps > 0 ? 1e3 * r.train_seconds / static_cast<double>(r.env_steps) : 0.0;
   }
   state.counters["env_steps_to_solve"] = steps;
   state.counters["solved"] = solved;
+  state.counters["ms_per_env_step"] = ms_per_step;
   state.counters["seed"] = static_cast<double>(seed);
   state.counters["threads"] = 1;
 }
 
 bool register_benchmarks() {
   // Not hone_bench::add: that one times in real time, this one reports the training time only.
-  hone_bench::register_named("dqn_cartpole_time_to_solve/hone", time_to_solve)
+  std::fprintf(stderr, "bench_dqn: Q-network matrix products through %s\n",
+               dqn_cartpole::matrix_products);
+  hone_bench::register_named("dqn_cartpole_time_to_solve/hone",
+                             time_to_solve<dqn_cartpole::algorithm::double_per_nstep>)
       ->UseManualTime()
       ->Iterations(1)
-      ->Repetitions(static_cast<int>(seeds.size()))
+      ->Repetitions(serving ? 1 : static_cast<int>(seeds.size()))
+      ->Unit(benchmark::kMillisecond);
+  hone_bench::register_named("dqn_cartpole_time_to_solve/hone_dqn",
+                             time_to_solve<dqn_cartpole::algorithm::dqn>)
+      ->UseManualTime()
+      ->Iterations(1)
+      ->Repetitions(serving ? 1 : static_cast<int>(seeds.size()))
       ->Unit(benchmark::kMillisecond);
   return true;
 }
@@ -83,6 +106,7 @@ int main(int argc, char** argv) {
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--hone_serve") serving = true;
     std::string_view list;
     if (arg.starts_with("--seeds=")) {
       list = arg.substr(8);
