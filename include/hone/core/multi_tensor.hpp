@@ -54,7 +54,7 @@ class tensor_lists {
     if (n == 0) return;
     if ((... || !p)) detail::null_tensor_error(n);
     sizes_.push_back(n);
-    ptrs_.emplace_back(p...);
+    ptrs_.push_back({static_cast<const void*>(p)...});
     total_ += n;
   }
   /// Appends one tensor to every list from spans (std::span or hone::device_span); every span must
@@ -73,19 +73,35 @@ class tensor_lists {
   [[nodiscard]] std::size_t total_numel() const noexcept { return total_; }
   /// The element count of every tensor, in order.
   [[nodiscard]] std::span<const std::size_t> sizes() const noexcept { return sizes_; }
-  [[nodiscard]] const pointers& at(std::size_t t) const { return ptrs_.at(t); }
+  /// The pointers of tensor t, one per list (std::out_of_range past the end).
+  [[nodiscard]] pointers at(std::size_t t) const {
+    return typed(ptrs_.at(t), std::index_sequence_for<Ts...>{});
+  }
+  /// The pointers of tensor t without their element types, as stored (hone's loops over chunks
+  /// read them here and cast them back; at() gives them typed).
+  [[nodiscard]] const std::array<const void*, depth>& erased(std::size_t t) const {
+    return ptrs_.at(t);
+  }
   template <std::size_t K>
   [[nodiscard]] auto* pointer(std::size_t t) const {
-    return std::get<K>(ptrs_.at(t));
+    using element = std::tuple_element_t<K, std::tuple<Ts...>>;
+    return static_cast<element*>(const_cast<void*>(ptrs_.at(t)[K]));
   }
 
  private:
+  template <std::size_t... K>
+  static pointers typed(const std::array<const void*, depth>& p, std::index_sequence<K...>) {
+    return pointers(static_cast<Ts*>(const_cast<void*>(p[K]))...);
+  }
   void check_size(std::size_t n, std::size_t m, std::size_t list) const {
     if (n != m) detail::list_size_error(n, m, list);
   }
 
   std::vector<std::size_t> sizes_;
-  std::vector<pointers> ptrs_;
+  // The pointers are stored without their element types (at() and pointer<K>() give them back):
+  // every tensor_lists of the same depth shares one std::vector instantiation, instead of one
+  // per combination of element types (a trainer in three precisions had nine).
+  std::vector<std::array<const void*, depth>> ptrs_;
   std::size_t total_ = 0;
 };
 
@@ -121,6 +137,20 @@ inline R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c
                       std::index_sequence<K...>) {
   return reduce_range(op, reduce, init, c.begin, c.end, std::get<K>(ptrs)...);
 }
+// The same over chunk c of `lists`, reading the tensor's stored pointers in place.
+template <class Op, class... Ts, std::size_t... K>
+inline void apply_chunk(const Op& op, const chunk& c, const tensor_lists<Ts...>& lists,
+                        std::index_sequence<K...>) {
+  const auto& p = lists.erased(c.tensor);
+  apply_range(op, c.begin, c.end, static_cast<Ts*>(const_cast<void*>(p[K]))...);
+}
+template <class R, class Op, class Reduce, class... Ts, std::size_t... K>
+inline R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c,
+                      const tensor_lists<Ts...>& lists, std::index_sequence<K...>) {
+  const auto& p = lists.erased(c.tensor);
+  return reduce_range(op, reduce, init, c.begin, c.end,
+                      static_cast<Ts*>(const_cast<void*>(p[K]))...);
+}
 }  // namespace detail
 
 /// Runs `op(a[i], b[i], ...)` over every element of every tensor of the lists (host memory), in
@@ -137,12 +167,12 @@ void for_each(const tensor_lists<Ts...>& lists, const Op& op, host_tuning tuning
   const auto chunks = detail::make_chunks(lists, tuning.grain);
   constexpr auto seq = std::index_sequence_for<Ts...>{};
   if (chunks.size() == 1) {
-    detail::apply_chunk(op, chunks[0], lists.at(0), seq);
+    detail::apply_chunk(op, chunks[0], lists, seq);
     return;
   }
   detail::parallel_ranges(chunks.size(), 1, [&](std::size_t begin, std::size_t end) {
     for (std::size_t c = begin; c != end; ++c) {
-      detail::apply_chunk(op, chunks[c], lists.at(chunks[c].tensor), seq);
+      detail::apply_chunk(op, chunks[c], lists, seq);
     }
   });
 }
@@ -162,8 +192,7 @@ R transform_reduce(const tensor_lists<Ts...>& lists, R init, const Op& op, const
       chunks.size(), 1, init,
       [&](std::size_t begin, std::size_t end, R acc) {
         for (std::size_t c = begin; c != end; ++c) {
-          acc = reduce(acc, detail::reduce_chunk(op, reduce, init, chunks[c],
-                                                 lists.at(chunks[c].tensor), seq));
+          acc = reduce(acc, detail::reduce_chunk(op, reduce, init, chunks[c], lists, seq));
         }
         return acc;
       },
