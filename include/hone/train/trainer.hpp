@@ -37,6 +37,7 @@
 // unchanged, so immediate mode is bit-identical to the trainer without the role.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <tuple>
@@ -318,31 +319,33 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// master weights (the model's own fp32 weights when they are one arena of the layout; else an
   /// arena, or the offload engine's host copy), and the tensor lists between them.
   void bind() {
-    std::vector<std::pair<working_type*, working_type*>> views;  // (value, grad)
+    // (value, grad) of each parameter, held without the element type: every trainer shares this
+    // vector's code (and detail::views_laid_out) whatever its precision.
+    std::vector<std::array<const void*, 2>> views;
     for (auto& p : model_traits<Model>::parameters(*p_.model)) {
-      views.emplace_back(p.value.data(), p.grad.data());
+      views.push_back({p.value.data(), p.grad.data()});
     }
+    const auto value = [&](std::size_t i) {
+      return static_cast<working_type*>(const_cast<void*>(views[i][0]));
+    };
+    const auto grad = [&](std::size_t i) { return static_cast<const working_type*>(views[i][1]); };
     const arena_layout& layout = p_.layout;
     p_.master_grad = arena<float, space_type>(layout);
-    bool laid_out = true;  // the working weights are one arena with the layout's offsets
-    for (std::size_t i = 0; laid_out && i < views.size(); ++i) {
-      laid_out = reinterpret_cast<std::uintptr_t>(views[i].first) ==
-                 reinterpret_cast<std::uintptr_t>(views[0].first) +
-                     layout[i].offset * sizeof(working_type);
-    }
+    // the working weights are one arena with the layout's offsets
+    const bool laid_out = detail::views_laid_out(views, layout, sizeof(working_type));
     if constexpr (offloaded) {
       // The master weights are the engine's (host); the engine publishes working weights into one
       // arena in the model's space: the model's own when it is laid out, else a staging arena that
       // copy_work_to_model spreads over the model's tensors.
       p_.master = engine_.master().all().data();
       if (laid_out) {
-        p_.device_params = views[0].first;
+        p_.device_params = value(0);
       } else {
         p_.work = arena<working_type, space_type>(layout);
         p_.device_params = p_.work.all().data();
       }
     } else if (laid_out && std::is_same_v<working_type, float>) {
-      p_.master = reinterpret_cast<float*>(views[0].first);
+      p_.master = reinterpret_cast<float*>(value(0));
       p_.zero_copy = true;
     } else {
       p_.own_master = arena<float, space_type>(layout);
@@ -351,15 +354,15 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     for (std::size_t i = 0; i < views.size(); ++i) {
       const std::size_t n = layout[i].count;
       const std::size_t off = layout[i].offset;
-      p_.grads.add(n, p_.master_grad_data() + off, views[i].second);
+      p_.grads.add(n, p_.master_grad_data() + off, grad(i));
       if constexpr (offloaded) {
         if (!laid_out) {
-          p_.work_in.add(n, p_.device_params + off, views[i].first);
-          p_.work_out.add(n, views[i].first, p_.device_params + off);
+          p_.work_in.add(n, p_.device_params + off, value(i));
+          p_.work_out.add(n, value(i), p_.device_params + off);
         }
       } else if (!p_.zero_copy) {
-        p_.weights_in.add(n, p_.master + off, views[i].first);
-        p_.weights_out.add(n, views[i].first, p_.master + off);
+        p_.weights_in.add(n, p_.master + off, value(i));
+        p_.weights_out.add(n, value(i), p_.master + off);
       }
     }
     reload_weights_from_model();

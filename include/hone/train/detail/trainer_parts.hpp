@@ -5,6 +5,7 @@
 // backend selector. Internal: users include hone/train/trainer.hpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <ranges>
 #include <span>
@@ -98,6 +99,20 @@ inline void add_trainer_parameter(arena_layout& layout, std::string_view name, s
   HONE_REQUIRE(values > 0, "hone::trainer: parameter '" + std::string(name) +
                                "' is empty; leave it out of parameters()");
   layout.add(std::string(name), values);
+}
+
+/// Whether the model's tensors (the value pointers, views[i][0]) are one arena laid out like
+/// `layout` (elements of `element_size` bytes at the layout's offsets); the trainer then binds the
+/// model's weights zero-copy (out of line of the trainer: one copy for every precision).
+inline bool views_laid_out(const std::vector<std::array<const void*, 2>>& views,
+                           const arena_layout& layout, std::size_t element_size) {
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    if (reinterpret_cast<std::uintptr_t>(views[i][0]) !=
+        reinterpret_cast<std::uintptr_t>(views[0][0]) + layout[i].offset * element_size) {
+      return false;
+    }
+  }
+  return true;
 }
 
 template <class Model, class... Policies>
