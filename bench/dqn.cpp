@@ -16,7 +16,8 @@
 // Counters: env_steps_to_solve (the steps at the solving evaluation, or 100000 when not solved),
 // solved (1 or 0; their mean over the repetitions is the fraction of seeds solved) and
 // ms_per_env_step (training seconds / environment steps, training included: hone's speed apart
-// from how many steps its algorithm needs). Seeds: 0,1,2 by default; --seeds=0,1,2,3,4 to choose.
+// from how many steps its algorithm needs). Seeds: 0,1,2 by default; --seeds=0,1,2,3,4 or the
+// environment variable HONE_DQN_SEEDS=0,1,2,3,4 (read by the SB3 peer too) to choose.
 // Under bench/driver.py (--hone_serve) a request trains one seed, the next of the list.
 // The Q-network's matrix products go through OpenBLAS when CMake found it
 // (examples/dqn_cartpole/blas.cmake); the program prints which at the start.
@@ -102,7 +103,14 @@ bool register_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --seeds=LIST (or --seeds LIST) is this program's own flag; the rest goes to the harness.
+  // The seeds: HONE_DQN_SEEDS (the environment, which bench/driver.py passes on to every program
+  // and peer, so one setting gives hone and the SB3 peer the same list), then --seeds=LIST (or
+  // --seeds LIST), this program's own flag; the rest goes to the harness.
+  if (const char* env = std::getenv("HONE_DQN_SEEDS"); env != nullptr && !parse_seeds(env)) {
+    std::fprintf(stderr, "%s: HONE_DQN_SEEDS needs a comma-separated list of integers, got '%s'\n",
+                 argv[0], env);
+    return 2;
+  }
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string_view arg = argv[i];

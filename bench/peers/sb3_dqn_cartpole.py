@@ -37,6 +37,7 @@ accepted (scripts/bench passes them to every peer) and ignored.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -131,7 +132,9 @@ def train_seed(seed: int, max_steps: int, sb3, gym) -> dict:
 
 def main(argv: list[str]) -> int:
     ap = _common.parser(__doc__, threads=1)
-    ap.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
+    ap.add_argument("--seeds", default=os.environ.get("HONE_DQN_SEEDS", "0,1,2"),
+                    help="comma-separated training seeds (default: $HONE_DQN_SEEDS, read by "
+                    "bench_dqn too, else 0,1,2)")
     ap.add_argument("--max-steps", type=int, default=100_000,
                     help="give up after this many environment steps")
     args = ap.parse_args(argv)
