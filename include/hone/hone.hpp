@@ -17,4 +17,5 @@
 #include "hone/profile.hpp"
 #include "hone/rl.hpp"
 #include "hone/schedule.hpp"
+#include "hone/serve.hpp"
 #include "hone/train.hpp"
