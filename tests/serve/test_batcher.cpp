@@ -378,3 +378,82 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_with_a_sentence) {
   hs::dynamic_batcher<doubler, int> threaded(m, {.max_batch_size = 4});
   BOOST_CHECK_THROW((void)threaded.poll(), hone::config_error);
 }
+
+namespace {
+/// Takes 10 us of the test clock per request of a batch.
+struct timed_model {
+  std::vector<std::size_t> sizes;
+  std::vector<int> infer(std::span<const int> batch) {
+    sizes.push_back(batch.size());
+    test_clock::advance(std::chrono::microseconds(10) * static_cast<int>(batch.size()));
+    return {batch.begin(), batch.end()};
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_adaptive_mode_grows_the_cap_additively_and_cuts_it_multiplicatively) {
+  timed_model m;
+  auto o = manual(16, 1ms);
+  o.queue_capacity = 1000;
+  o.adaptive = {.latency_target = 45us, .additive_step = 1, .decrease_factor = 0.5};
+  hs::dynamic_batcher<timed_model, int, test_clock> b(m, o);
+  BOOST_TEST(b.stats().batch_size_cap == 1u);  // starts at min_batch_size
+  std::vector<hs::request_handle<int>> h;
+  for (int i = 0; i < 200; ++i) h.push_back(b.submit(i));
+  for (int i = 0; i < 9; ++i) BOOST_TEST(b.poll() > 0u);
+  // 1..4 take <= 40 us (grow), 5 takes 50 us > 45 us (cut to floor(5 * 0.5) = 2), then 2..4, 5.
+  BOOST_TEST(m.sizes == (std::vector<std::size_t>{1, 2, 3, 4, 5, 2, 3, 4, 5}));
+  BOOST_TEST(b.stats().batch_size_cap == 2u);
+  b.shutdown(hs::shutdown_mode::cancel);
+}
+
+BOOST_AUTO_TEST_CASE(the_adaptive_mode_grows_only_after_full_batches_and_stays_in_bounds) {
+  timed_model m;
+  auto o = manual(3, 1ms);
+  o.adaptive = {.latency_target = 1h, .additive_step = 2, .min_batch_size = 2};
+  hs::dynamic_batcher<timed_model, int, test_clock> b(m, o);
+  BOOST_TEST(b.stats().batch_size_cap == 2u);
+  auto h0 = b.submit(0);
+  test_clock::advance(1ms);
+  BOOST_TEST(b.poll() == 1u);  // a partial batch (the delay): no evidence for a larger cap
+  BOOST_TEST(b.stats().batch_size_cap == 2u);
+  auto h1 = b.submit(1);
+  auto h2 = b.submit(2);
+  BOOST_TEST(b.poll() == 2u);  // full: 2 + 2 capped at max_batch_size 3
+  BOOST_TEST(b.stats().batch_size_cap == 3u);
+  BOOST_TEST(value(h2) == 2);
+  (void)value(h0);
+  (void)value(h1);
+  // Cuts never go below min_batch_size.
+  timed_model m2;
+  auto o2 = manual(8, 1ms);
+  o2.adaptive = {.latency_target = 1us, .decrease_factor = 0.1, .min_batch_size = 2};
+  hs::dynamic_batcher<timed_model, int, test_clock> b2(m2, o2);
+  std::vector<hs::request_handle<int>> h;
+  for (int i = 0; i < 6; ++i) h.push_back(b2.submit(i));
+  BOOST_TEST(b2.poll() == 2u);
+  BOOST_TEST(b2.stats().batch_size_cap == 2u);
+  BOOST_TEST(b2.poll() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_adaptive_options_are_refused_with_a_sentence) {
+  timed_model m;
+  auto o = manual(8, 1ms, {4});
+  o.adaptive.latency_target = 1ms;
+  try {
+    hs::dynamic_batcher<timed_model, int, test_clock> b(m, o);
+    BOOST_FAIL("no error");
+  } catch (const hone::config_error& e) {
+    BOOST_TEST(std::string(e.what()).find("cannot be combined") != std::string::npos);
+  }
+  o.preferred_batch_sizes.clear();
+  o.adaptive.decrease_factor = 1.0;
+  using tb = hs::dynamic_batcher<timed_model, int, test_clock>;
+  BOOST_CHECK_THROW(tb(m, o), hone::config_error);
+  o.adaptive.decrease_factor = 0.5;
+  o.adaptive.min_batch_size = 9;
+  BOOST_CHECK_THROW(tb(m, o), hone::config_error);
+  o.adaptive.min_batch_size = 1;
+  o.adaptive.additive_step = 0;
+  BOOST_CHECK_THROW(tb(m, o), hone::config_error);
+}

@@ -30,6 +30,7 @@ struct recording_model {
   std::atomic<int> inside{0};
   std::atomic<int> overlapped{0};
   std::atomic<std::size_t> batches{0};
+  std::chrono::nanoseconds per_request{0};  // busy time per request of a batch
   std::vector<std::uint64_t> infer(std::span<const std::uint64_t> batch) {
     if (inside.fetch_add(1) != 0) overlapped.fetch_add(1);
     batches.fetch_add(1);
@@ -39,6 +40,9 @@ struct recording_model {
       runs[id].fetch_add(1);
       poison = poison || id % 97 == 0;
       out.push_back(id + 1);
+    }
+    const auto until = std::chrono::steady_clock::now() + per_request * batch.size();
+    while (std::chrono::steady_clock::now() < until) {
     }
     inside.fetch_sub(1);
     if (poison) throw std::runtime_error("recording_model: poisoned batch");
@@ -75,9 +79,10 @@ struct tally {
 };
 
 /// Runs `producers` threads submitting `per_thread` requests each (priorities, short timeouts,
-/// cancellations mixed in; a rejected request is recorded as rejected), then shuts down with
-/// `mode`, and checks that every request was answered once, consistently with the model's runs.
-void run_clients(hs::shutdown_mode mode, bool shutdown_while_submitting) {
+/// cancellations mixed in; a rejected request is recorded as rejected), with preferred sizes or
+/// the adaptive mode, then shuts down with `mode`, and checks that every request was answered
+/// once, consistently with the model's runs.
+void run_clients(hs::shutdown_mode mode, bool shutdown_while_submitting, bool adaptive = false) {
   constexpr int producers = 4;
   const int per_thread = hone_test::under_tsan ? 400 : 3000;
   const std::size_t n = static_cast<std::size_t>(producers * per_thread);
@@ -85,7 +90,12 @@ void run_clients(hs::shutdown_mode mode, bool shutdown_while_submitting) {
   tally t(n);
   hs::batcher_options o;
   o.max_batch_size = 16;
-  o.preferred_batch_sizes = {8, 16};
+  if (adaptive) {  // 200 ns per request against 2 us: batches above about 10 miss the target
+    model.per_request = 200ns;
+    o.adaptive = {.latency_target = 2us, .additive_step = 2, .decrease_factor = 0.5};
+  } else {
+    o.preferred_batch_sizes = {8, 16};
+  }
   o.max_queue_delay = 200us;
   o.queue_capacity = 64;
   auto b = std::make_unique<hs::dynamic_batcher<recording_model, std::uint64_t>>(model, o);
@@ -153,17 +163,23 @@ void run_clients(hs::shutdown_mode mode, bool shutdown_while_submitting) {
   BOOST_TEST(s.submitted + s.rejected == n);
   BOOST_TEST(s.batches == model.batches.load());
   BOOST_TEST(values > 0u);
+  if (adaptive && !shutdown_while_submitting) BOOST_TEST(s.batch_size_cap < o.max_batch_size);
   if (mode == hs::shutdown_mode::drain) BOOST_TEST(stopped == 0u);
   BOOST_TEST_MESSAGE("values " << values << ", model errors " << model_errors << ", timeouts "
                                << timeouts << ", cancelled " << cancelled << ", stopped " << stopped
                                << ", rejected " << rejected << ", batches " << s.batches
-                               << ", mean batch " << s.mean_batch_size);
+                               << ", mean batch " << s.mean_batch_size << ", cap "
+                               << s.batch_size_cap);
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(many_clients_every_request_answered_once_then_drain) {
   run_clients(hs::shutdown_mode::drain, false);
+}
+
+BOOST_AUTO_TEST_CASE(many_clients_with_the_adaptive_mode_every_request_answered_once) {
+  run_clients(hs::shutdown_mode::drain, false, true);
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_cancel_while_clients_submit_answers_every_request) {

@@ -1,7 +1,8 @@
 // hone/serve/batcher.hpp: hone::serve::dynamic_batcher, many client threads submitting requests
 // to the user's model, one dispatcher forming batches by a size cap, preferred batch sizes and a
 // maximum queue delay; priorities, per-request timeouts, cancellation, a bounded queue that
-// rejects when full, model errors confined to their batch, and a shutdown that drains or cancels.
+// rejects when full, model errors confined to their batch, a shutdown that drains or cancels, and
+// an optional adaptive cap (AIMD against a latency target, as Clipper does).
 // The model plugs in through hone::serve::batch_model<M, Request> (check_batch_model<M, Request>()
 // says in a sentence what is missing). docs/serve.md describes every option and guarantee.
 #pragma once
@@ -129,6 +130,20 @@ enum class dispatch_mode { thread, manual };
 /// batcher_stopped_error (cancel). A batch already running always finishes.
 enum class shutdown_mode { drain, cancel };
 
+/// The adaptive mode (batcher_options::adaptive): AIMD on the batch-size cap against a latency
+/// target, as Clipper does. After each batch whose infer returned: if infer took longer than
+/// latency_target, the cap becomes max(min_batch_size, min(cap - 1, floor(cap *
+/// decrease_factor))); otherwise, if the batch was full (its size reached the cap), the cap grows
+/// by additive_step up to max_batch_size. The cap starts at min_batch_size. A batch that threw
+/// leaves the cap as it is.
+struct adaptive_options {
+  /// The time one infer call may take; zero: the adaptive mode is off (the cap is max_batch_size).
+  std::chrono::nanoseconds latency_target = std::chrono::nanoseconds::zero();
+  std::size_t additive_step = 1;
+  double decrease_factor = 0.9;  ///< in (0, 1)
+  std::size_t min_batch_size = 1;
+};
+
 struct batcher_options {
   /// The largest batch; without preferred sizes a batch of this size is formed as soon as this
   /// many requests are queued.
@@ -144,6 +159,9 @@ struct batcher_options {
   /// The timeout of a request submitted without one; zero: none.
   std::chrono::nanoseconds default_timeout = std::chrono::nanoseconds::zero();
   dispatch_mode mode = dispatch_mode::thread;
+  /// AIMD on the batch-size cap (off unless adaptive.latency_target is set); not combined with
+  /// preferred_batch_sizes.
+  adaptive_options adaptive = {};
 };
 
 /// Per-request options of submit().
@@ -186,9 +204,10 @@ struct batcher_stats {
   std::uint64_t run = 0;        ///< requests given to the model
   std::uint64_t failed = 0;     ///< requests of batches whose infer threw (or miscounted)
   std::uint64_t timed_out = 0;
-  std::uint64_t cancelled = 0;  ///< by cancel() or shutdown(shutdown_mode::cancel)
-  double mean_batch_size = 0;   ///< run / batches
-  double mean_fill = 0;         ///< mean_batch_size / max_batch_size
+  std::uint64_t cancelled = 0;     ///< by cancel() or shutdown(shutdown_mode::cancel)
+  double mean_batch_size = 0;      ///< run / batches
+  double mean_fill = 0;            ///< mean_batch_size / max_batch_size
+  std::size_t batch_size_cap = 0;  ///< the cap now (max_batch_size unless adaptive)
   /// Time from submit() to the request's batch being formed, over the requests run
   /// (nanoseconds; quantiles within 1/32, from hone::profile::duration_stats).
   double queue_delay_p50_ns = 0;
@@ -331,6 +350,21 @@ class dynamic_batcher {
               " is outside [1, max_batch_size = " + std::to_string(options_.max_batch_size) +
               "]; remove it or raise max_batch_size.");
     }
+    const adaptive_options& a = options_.adaptive;
+    if (adaptive()) {
+      HONE_REQUIRE(pref.empty(),
+                   "hone::serve::dynamic_batcher: the adaptive mode (adaptive.latency_target) and "
+                   "preferred_batch_sizes cannot be combined: the adaptive cap would make "
+                   "preferred sizes unreachable. Use one of them.");
+      HONE_REQUIRE(a.additive_step >= 1 && a.decrease_factor > 0 && a.decrease_factor < 1 &&
+                       a.min_batch_size >= 1 && a.min_batch_size <= options_.max_batch_size,
+                   "hone::serve::dynamic_batcher: adaptive options out of range; additive_step "
+                   "must be at least 1, decrease_factor in (0, 1) and min_batch_size in [1, "
+                   "max_batch_size].");
+      cap_ = a.min_batch_size;
+    } else {
+      cap_ = options_.max_batch_size;
+    }
     batch_.reserve(options_.max_batch_size);
     promises_.reserve(options_.max_batch_size);
     if (options_.mode == dispatch_mode::thread) dispatcher_ = std::thread([this] { loop(); });
@@ -453,6 +487,7 @@ class dynamic_batcher {
     s.queue_delay_p95_ns = delay_.quantile(0.95);
     s.queue_delay_p99_ns = delay_.quantile(0.99);
     s.queue_delay_max_ns = static_cast<double>(delay_.max());
+    s.batch_size_cap = cap_;
     return s;
   }
 
@@ -461,9 +496,22 @@ class dynamic_batcher {
  private:
   using core_type = detail::batcher_core<Request, response_type, Clock>;
 
+  bool adaptive() const noexcept { return options_.adaptive.latency_target.count() > 0; }
+
+  /// The adaptive mode's step after a batch of k requests whose infer took `took`.
+  void adapt(std::size_t k, typename Clock::duration took) noexcept {
+    const adaptive_options& a = options_.adaptive;
+    if (took > a.latency_target) {
+      const auto shrunk = static_cast<std::size_t>(static_cast<double>(cap_) * a.decrease_factor);
+      const std::size_t lower = cap_ > 1 ? std::min(shrunk, cap_ - 1) : cap_;
+      cap_ = std::max(a.min_batch_size, lower);
+    } else if (k >= cap_) {
+      cap_ = std::min(options_.max_batch_size, cap_ + a.additive_step);
+    }
+  }
+
   std::size_t threshold() const noexcept {
-    return options_.preferred_batch_sizes.empty() ? options_.max_batch_size
-                                                  : options_.preferred_batch_sizes.back();
+    return options_.preferred_batch_sizes.empty() ? cap_ : options_.preferred_batch_sizes.back();
   }
 
   /// With the lock held: expires timed-out requests, fails everything on shutdown(cancel), forms
@@ -498,8 +546,7 @@ class dynamic_batcher {
       const auto delay =
           std::chrono::duration_cast<typename Clock::duration>(options_.max_queue_delay);
       const bool expired_delay = c.stopping || now - oldest >= delay;
-      k = chosen_batch_size(c.queue.size(), expired_delay, options_.max_batch_size,
-                            options_.preferred_batch_sizes);
+      k = chosen_batch_size(c.queue.size(), expired_delay, cap_, options_.preferred_batch_sizes);
       if (k == 0 && wake) *wake = oldest + delay;
     }
     if (wake && !c.by_deadline.empty() && (!*wake || c.by_deadline.begin()->first < **wake))
@@ -537,6 +584,7 @@ class dynamic_batcher {
       ++batches_;
       run_ += k;
       failed_ += failed;
+      if (adaptive() && !model_threw_) adapt(k, took_);
       c.running = false;
       if (options_.mode == dispatch_mode::manual) c.cv.notify_all();  // shutdown() may wait
     }
@@ -548,8 +596,12 @@ class dynamic_batcher {
   std::uint64_t run_batch() {
     const std::size_t k = batch_.size();
     std::exception_ptr err;
+    model_threw_ = true;
     try {
+      const time_point t0 = adaptive() ? Clock::now() : time_point{};
       auto&& outputs = model_->infer(std::span<const Request>(batch_.data(), k));
+      if (adaptive()) took_ = Clock::now() - t0;
+      model_threw_ = false;
       const auto got = static_cast<std::size_t>(std::ranges::size(outputs));
       if (got != k) {
         throw error("hone::serve::dynamic_batcher: the model's infer returned " +
@@ -602,6 +654,11 @@ class dynamic_batcher {
   std::vector<std::promise<response_type>> promises_;
   std::uint64_t submitted_ = 0, rejected_ = 0, batches_ = 0, run_ = 0, failed_ = 0, timed_out_ = 0;
   profile::duration_stats delay_;
+  std::size_t cap_ = 0;  // the batch-size cap now (under core_->m)
+  // The last batch's infer time and whether it threw (written by the thread running the batch,
+  // read by it after it takes the lock again).
+  typename Clock::duration took_{};
+  bool model_threw_ = false;
 };
 
 }  // namespace serve
