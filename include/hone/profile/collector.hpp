@@ -99,6 +99,7 @@ class collector {
         // Every event of an exited thread is read now: give its last chunk back and forget it.
         if (b.head != nullptr) pool.release(b.head);
         b.head = nullptr;
+        b.first.store(nullptr, std::memory_order_relaxed);  // every chunk is back in the pool
         dropped_exited_ += st.dropped;
         threads_.erase(it);
         gone_.push_back(b.serial);

@@ -170,6 +170,20 @@ struct thread_buffer {
   chunk* head = nullptr;
 
   explicit thread_buffer(std::uint64_t s) : serial(s) {}
+  thread_buffer(const thread_buffer&) = delete;
+  thread_buffer& operator=(const thread_buffer&) = delete;
+  /// Gives the chunks the buffer still holds back to the pool: from the reader's position, or
+  /// from the first chunk when no reader has started (a collector that drained an exited thread
+  /// has given every chunk back and cleared both). Runs when the registry forgets a drained
+  /// thread, and at exit for the threads no collector drained (the pool outlives the registry).
+  ~thread_buffer() {
+    chunk* c = head != nullptr ? head : first.load(std::memory_order_acquire);
+    while (c != nullptr) {
+      chunk* const next = c->next.load(std::memory_order_acquire);
+      pool().release(c);
+      c = next;
+    }
+  }
 
   /// Gets a fresh chunk once the current one is full; false (and the event counted as dropped)
   /// when the pool has none.
@@ -202,6 +216,12 @@ class registry {
     static registry r;
     return r;
   }
+  /// The chunk pool is constructed first, so that it is destroyed after the registry, whose
+  /// buffers give their chunks back to it.
+  registry() { (void)thread_buffer::pool(); }
+  registry(const registry&) = delete;
+  registry& operator=(const registry&) = delete;
+  ~registry() = default;
 
   thread_buffer* add() {
     const std::lock_guard lock(mu_);
