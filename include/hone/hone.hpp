@@ -7,6 +7,7 @@
 #pragma once
 
 #include "hone/checkpoint.hpp"
+#include "hone/compress.hpp"
 #include "hone/core.hpp"
 #include "hone/data.hpp"
 #include "hone/dist.hpp"
