@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <hone/checkpoint/safetensors.hpp>
+#include <hone/core/bfloat16.hpp>
 #include <hone/checkpoint/tensor_file.hpp>
 #include <hone/core/arena.hpp>
 #include <hone/core/model.hpp>
@@ -151,6 +152,53 @@ BOOST_AUTO_TEST_CASE(safetensors_round_trip_every_dtype) {
   const auto h = ck::read_safetensors_header(dir / "all.safetensors");
   BOOST_TEST(h.tensors.size() == io::all_dtypes.size() + 2);
   BOOST_TEST(h.data_offset() + h.data_bytes() == d.size);
+}
+
+BOOST_AUTO_TEST_CASE(large_tensors_of_an_opened_file_read_as_from_the_bytes) {
+  // A file opened from disk reads tensors of at least pread_min_bytes with pread, smaller ones and
+  // conversions from the mapping: every route gives the bytes the in-memory reader (view) gives,
+  // at every offset (an F16 tensor first puts the F32 ones at offsets that are not multiples of 8).
+  temp_dir dir;
+  constexpr std::size_t big_n = ck::safetensors_file::pread_min_bytes / sizeof(float) + 3;
+  const std::vector<float> big = pattern<float>(big_n, 21);
+  const std::vector<float> at_min = pattern<float>(ck::safetensors_file::pread_min_bytes / 4, 22);
+  const std::vector<float> small = pattern<float>(7, 23);
+  const std::vector<std::uint16_t> half_bits = pattern<std::uint16_t>(5, 24);
+  ck::tensor_writer w;
+  w.add("odd", io::dtype::f16, {5}, std::as_bytes(std::span(half_bits)));
+  w.add("big", {big_n}, big);
+  w.add("at_min", {at_min.size()}, at_min);
+  w.add("small", {7}, small);
+  const fs::path path = dir / "mixed.safetensors";
+  (void)w.write(path);
+  const ck::safetensors_file f = ck::safetensors_file::open(path);
+  const bytes mem = w.to_bytes();  // the same file, in memory
+  const ck::safetensors_file v = ck::safetensors_file::view(mem, "memory");
+  for (const char* name : {"big", "at_min", "small"}) {
+    const ck::tensor_info& t = f.at(name);
+    std::vector<float> from_file(static_cast<std::size_t>(t.elements()), -1.0f);
+    std::vector<float> from_view(from_file.size(), -2.0f);
+    f.read(t, std::as_writable_bytes(std::span(from_file)));
+    v.read(v.at(name), std::as_writable_bytes(std::span(from_view)));
+    // Random bit patterns (NaNs among them): compare bytes, not floats.
+    BOOST_TEST(std::memcmp(from_file.data(), from_view.data(), from_file.size() * 4) == 0, name);
+  }
+  {
+    std::vector<float> whole(big_n);
+    f.read(f.at("big"), std::as_writable_bytes(std::span(whole)));
+    BOOST_TEST(std::memcmp(whole.data(), big.data(), big_n * 4) == 0);
+  }
+  // A conversion of a large tensor still goes through the mapping, with the same result.
+  std::vector<hone::bfloat16> as_bf16(big_n);
+  f.read(f.at("big"), std::as_writable_bytes(std::span(as_bf16)), io::dtype::bf16);
+  for (std::size_t i = 0; i < big_n; i += 997) {
+    if (std::isnan(big[i])) continue;
+    BOOST_TEST(as_bf16[i].bits() == hone::bfloat16(big[i]).bits());
+  }
+  // A destination of the wrong size is refused before anything is read.
+  std::vector<float> short_out(big_n - 1);
+  BOOST_CHECK_THROW(f.read(f.at("big"), std::as_writable_bytes(std::span(short_out))),
+                    hone::config_error);
 }
 
 BOOST_AUTO_TEST_CASE(safetensors_reader_messages_name_file_tensor_and_field) {

@@ -85,6 +85,20 @@ BOOST_AUTO_TEST_CASE(output_file_digest_is_the_file_hash) {
   const io::mapped_file m(dir / "b");
   BOOST_TEST(m.size() == all.size());
   BOOST_TEST(std::equal(m.bytes().begin(), m.bytes().end(), all.begin(), all.end()));
+  // read_at copies any range inside the file with pread (the same bytes) and refuses a range
+  // that leaves the file, naming it.
+  {
+    std::vector<std::byte> part(all.size() / 3 + 1);
+    const std::uint64_t at = all.size() - part.size();
+    m.read_at(at, part);
+    BOOST_TEST(std::equal(part.begin(), part.end(), all.begin() + static_cast<std::ptrdiff_t>(at)));
+    m.read_at(all.size(), std::span<std::byte>{});  // empty range at the end: fine
+    BOOST_CHECK_EXCEPTION(m.read_at(at + 1, part), hone::config_error, [&](const auto& e) {
+      const std::string what = e.what();
+      return what.find("outside") != std::string::npos &&
+             what.find((dir / "b").string()) != std::string::npos;
+    });
+  }
   BOOST_TEST((io::write_file(dir / "empty", "") == io::file_digest{0, io::hash128({})}));
   BOOST_TEST(io::mapped_file(dir / "empty").bytes().empty());
 }

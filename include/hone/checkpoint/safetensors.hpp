@@ -485,11 +485,23 @@ class safetensors_file {
     return data(at(name));
   }
   /// Copies a tensor's bytes into `out`, converting to `as` (config_error when `out` has the wrong
-  /// size or the dtypes cannot be converted).
+  /// size or the dtypes cannot be converted). A large tensor of a file opened from disk that needs
+  /// no conversion is read with pread straight into `out` (the kernel copies from the page cache
+  /// without faulting the mapping in page by page); everything else is copied from the mapping.
   void read(const tensor_info& t, std::span<std::byte> out,
             std::optional<io::dtype> as = {}) const {
-    io::convert(data(t), t.type, out, as.value_or(t.type));
+    const io::dtype to = as.value_or(t.type);
+    if (to == t.type && map_.size() != 0 && out.size() == t.size_bytes() &&
+        out.size() >= pread_min_bytes) {
+      map_.read_at(header_.data_offset() + t.begin, out);
+      return;
+    }
+    io::convert(data(t), t.type, out, to);
   }
+
+  /// Tensors at least this large are read with pread (read()); smaller ones are copied from the
+  /// mapping, where a system call per tensor would cost more than the copy.
+  static constexpr std::size_t pread_min_bytes = std::size_t{64} << 10;
 
  private:
   safetensors_file() = default;
