@@ -2,3 +2,5 @@
 // distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters
 // (docs/compress.md).
 #pragma once
+
+#include "hone/compress/distill.hpp"
