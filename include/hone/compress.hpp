@@ -4,3 +4,5 @@
 #pragma once
 
 #include "hone/compress/distill.hpp"
+#include "hone/compress/lora.hpp"
+#include "hone/compress/lora_io.hpp"
