@@ -13,6 +13,19 @@
 
 namespace distill_test {
 
+/// The reference's results in double, for translation units that cannot hold long double (nvcc
+/// treats it as double in a .cu file and warns): compute_double is defined in
+/// distill_reference.cpp, compiled by the host compiler.
+struct reference_double {
+  double loss = 0, kl = 0, ce = 0;
+  std::vector<double> grad;
+};
+reference_double compute_double(std::size_t batch, std::size_t classes,
+                                const std::vector<float>& s, const std::vector<float>& t,
+                                const std::vector<std::int32_t>& labels, double temperature,
+                                double alpha, double grad_scale = 1.0);
+
+#if !defined(__CUDACC__)
 struct reference {
   long double loss = 0, kl = 0, ce = 0;
   std::vector<long double> grad;
@@ -61,6 +74,7 @@ inline reference compute(std::size_t batch, std::size_t classes, const std::vect
   r.loss = a * T * T * r.kl + (labels.empty() ? 0.0L : (1 - a) * r.ce);
   return r;
 }
+#endif
 
 /// Logits uniform in [-spread, spread] around a per-row offset.
 inline std::vector<float> random_logits(std::size_t n, float spread, std::uint32_t seed,

@@ -43,7 +43,17 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
-#include "hone/core/parallel.hpp"  // HONE_VECTORIZE_FUNCTION, HONE_RESTRICT
+#include "hone/core/parallel.hpp"  // HONE_DETAIL_DISTILL_VECTORIZE, HONE_RESTRICT
+
+// The row loops below ask for vectorization themselves, as core/parallel.hpp's loops do (g++ at -O2
+// vectorizes nothing with its very-cheap cost model), and for if-conversion too: the exponential's
+// clamp and the maxima are selects, which -O2 leaves as branches that keep a loop scalar.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__NVCC__)
+#define HONE_DETAIL_DISTILL_VECTORIZE \
+  __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic", "tree-loop-if-convert")))
+#else
+#define HONE_DETAIL_DISTILL_VECTORIZE
+#endif
 
 HONE_NAMESPACE_BEGIN
 namespace compress {
@@ -93,12 +103,22 @@ namespace detail {
 /// floating-point sums, and the combining order is fixed by the code, not by the flags.
 inline constexpr std::size_t distill_lanes = 16;
 
-/// e^x for x <= 0 (a logit minus its row's maximum, over T), written so that a loop of it
-/// vectorizes (no libm call): Cephes' expf (range reduction by ln 2 in two parts and a degree-6
-/// polynomial, about 1 ulp). Arguments below -87 give e^-87 (1.6e-38) instead of a denormal or
-/// zero, which no sum of a row (at least 1, from the maximum) can notice; NaN gives NaN.
+/// The larger of a and b, for finite a and b: the sign of a - b picks one through integer masks,
+/// so a loop of it vectorizes at -O2 with plain SSE2 (a float select, `a > b ? a : b`, stays a
+/// branch there and keeps the whole loop scalar).
+HONE_FORCEINLINE float distill_max(float a, float b) noexcept {
+  const std::int32_t below = std::bit_cast<std::int32_t>(a - b) >> 31;  // all ones when a < b
+  return std::bit_cast<float>((std::bit_cast<std::int32_t>(a) & ~below) |
+                              (std::bit_cast<std::int32_t>(b) & below));
+}
+
+/// e^x for finite x <= 0 (a logit minus its row's maximum, over T), written so that a loop of it
+/// vectorizes (no libm call, no branch): Cephes' expf (range reduction by ln 2 in two parts and a
+/// degree-6 polynomial, about 1 ulp). Arguments below -87 give e^-87 (1.6e-38) instead of a
+/// denormal or zero, which no sum of a row (at least 1, from the maximum) can notice. Rows with a
+/// logit that is not finite never get here.
 HONE_FORCEINLINE float distill_exp(float x) noexcept {
-  x = x < -87.0f ? -87.0f : x;
+  x = distill_max(x, -87.0f);
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float k = x * 1.44269504088896341f + shifter;
   const float n = k - shifter;
@@ -124,7 +144,7 @@ struct distill_row_terms {
 
 /// Pass 1: the row maxima, and whether every logit is finite (x - x is 0 for a finite x, NaN for
 /// an infinity or a NaN).
-HONE_VECTORIZE_FUNCTION inline bool distill_row_max(const float* HONE_RESTRICT s,
+HONE_DETAIL_DISTILL_VECTORIZE inline bool distill_row_max(const float* HONE_RESTRICT s,
                                                     const float* HONE_RESTRICT t, std::size_t n,
                                                     float& max_s, float& max_t) {
   constexpr std::size_t L = distill_lanes;
@@ -138,21 +158,21 @@ HONE_VECTORIZE_FUNCTION inline bool distill_row_max(const float* HONE_RESTRICT s
   for (; j + L <= n; j += L) {
     for (std::size_t k = 0; k < L; ++k) {
       const float a = s[j + k], b = t[j + k];
-      ms[k] = a > ms[k] ? a : ms[k];
-      mt[k] = b > mt[k] ? b : mt[k];
+      ms[k] = distill_max(a, ms[k]);
+      mt[k] = distill_max(b, mt[k]);
       ck[k] += (a - a) + (b - b);
     }
   }
   for (std::size_t k = 0; j < n; ++j, ++k) {
     const float a = s[j], b = t[j];
-    ms[k] = a > ms[k] ? a : ms[k];
-    mt[k] = b > mt[k] ? b : mt[k];
+    ms[k] = distill_max(a, ms[k]);
+    mt[k] = distill_max(b, mt[k]);
     ck[k] += (a - a) + (b - b);
   }
   float m1 = ms[0], m2 = mt[0], c = ck[0];
   for (std::size_t k = 1; k < L; ++k) {
-    m1 = ms[k] > m1 ? ms[k] : m1;
-    m2 = mt[k] > m2 ? mt[k] : m2;
+    m1 = distill_max(ms[k], m1);
+    m2 = distill_max(mt[k], m2);
     c += ck[k];
   }
   max_s = m1;
@@ -190,7 +210,7 @@ HONE_FORCEINLINE void distill_sum_element(const float* s, const float* HONE_REST
 /// exponentials are kept for pass 3: e^((s - max_s)/T) in es, the teacher's in et, e^(s - max_s)
 /// in e1 (es may be the student row itself: each element is read before it is written).
 template <bool SameT, bool CE, bool Store>
-HONE_VECTORIZE_FUNCTION inline void distill_row_sums(const float* s, const float* HONE_RESTRICT t,
+HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(const float* s, const float* HONE_RESTRICT t,
                                                      std::size_t n, float max_s, float max_t,
                                                      float inv_t, float* es,
                                                      float* HONE_RESTRICT et,
@@ -239,7 +259,7 @@ HONE_VECTORIZE_FUNCTION inline void distill_row_sums(const float* s, const float
 
 /// Pass 3 of a row: g = cs * es - ct * et + c1 * e1 (e1 == es when T == 1); g may be es itself.
 template <bool SameT, bool CE>
-HONE_VECTORIZE_FUNCTION inline void distill_row_grad(float* g, const float* es,
+HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_grad(float* g, const float* es,
                                                      const float* HONE_RESTRICT et,
                                                      const float* HONE_RESTRICT e1, std::size_t n,
                                                      float cs, float ct, float c1) {
