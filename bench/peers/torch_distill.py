@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Peer: the distillation loss of hone's bench_compress workloads composed in PyTorch, forward and
+backward, on the same shapes (batch and classes from `bench_compress --hone_print_sizes=<workload>`,
+two lines):
+
+  distill_loss_b<batch>_c<classes>
+      s: student logits [batch, classes] (requires_grad), t: teacher logits, y: labels; T = 2,
+      alpha = 0.5:
+        loss = alpha * T*T * F.kl_div(F.log_softmax(s / T, 1), F.log_softmax(t / T, 1),
+                                      log_target=True, reduction="batchmean")
+               + (1 - alpha) * F.cross_entropy(s, y)
+        loss.backward()   (s.grad set to None before each call, so it is written, not summed)
+
+Logits uniform in [-8, 8] (as hone's), fp32, on the CPU with --threads threads. Writes results in
+the results.json format; when torch cannot be imported the workloads are reported unavailable.
+
+Options: --sizes-dir DIR (files <workload>.txt), --threads, --repetitions, --min-time, --filter
+REGEX (on "<workload>/torch"), --out FILE, --serve.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+TEMPERATURE = 2.0
+ALPHA = 0.5
+WORKLOADS = ("distill_loss_b256_c32000", "distill_loss_b32_c1000")
+
+
+def main(argv: list[str]) -> int:
+    args = _common.parser(__doc__).parse_args(argv)
+    workloads = _common.select(WORKLOADS, "torch", args.filter)
+    torch, unavailable = _common.import_torch(workloads, "torch")
+    if torch is None:
+        return _common.run(args, [], unavailable, "torch_distill")
+    import torch.nn.functional as F  # noqa: N812, PLC0415
+    dev, sync = _common.torch_device(torch, args.threads)
+
+    def setup(w: str) -> _common.Bench:
+        batch, classes = _common.read_sizes(args.sizes_dir, w, "bench_compress")
+        gen = torch.Generator().manual_seed(1)
+        s = (torch.rand(batch, classes, generator=gen) * 16 - 8).requires_grad_(True)
+        t = torch.rand(batch, classes, generator=gen) * 16 - 8
+        y = torch.randint(0, classes, (batch,), generator=gen)
+        T = TEMPERATURE
+
+        def step():
+            s.grad = None
+            kl = F.kl_div(F.log_softmax(s / T, dim=1), F.log_softmax(t / T, dim=1),
+                          log_target=True, reduction="batchmean")
+            loss = ALPHA * T * T * kl + (1 - ALPHA) * F.cross_entropy(s, y)
+            loss.backward()
+            return loss
+
+        step()
+
+        def record(times: list[float]) -> dict:
+            return _common.time_ms(w, "torch", times, torch.get_num_threads(),
+                                   peer=f"torch {torch.__version__}",
+                                   what="kl_div(log_softmax(s/T), log_softmax(t/T), "
+                                        "log_target=True, batchmean)*T^2 blended with "
+                                        "cross_entropy, + backward()")
+
+        return _common.Bench(_common.repeat(step, args.min_time, sync), record)
+
+    return _common.run(args, [_common.Workload(w, "torch", lambda w=w: setup(w))
+                              for w in workloads], unavailable, "torch_distill")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
