@@ -58,6 +58,11 @@ struct step_observer {
 struct early_stopping {
   static constexpr const char* name = "early stopping";
 };
+/// What holds the master weights to a rule after every applied update (pruning masks that keep
+/// pruned weights at zero, ...); the default, hone::no_weight_constraint, leaves them as they are.
+struct weight_constraint {
+  static constexpr const char* name = "weight constraint";
+};
 }  // namespace roles
 
 /// True when P declares `using role = ...`.

@@ -76,6 +76,17 @@ struct no_early_stopping {
   using role = roles::early_stopping;
 };
 
+/// Role weight constraint, the default: the weights stay as the update made them.
+///
+/// A constraint policy has `template <class Trainer> void after_update(Trainer& t)`; the trainer
+/// calls it after every applied update (not after a skipped step), once steps_done() counts that
+/// update, inside the optimizer phase. It changes the fp32 master weights (t.master_weights()) and,
+/// when they are not the model's own (t.zero_copy() false), publishes them (t.publish_weights()).
+/// hone::compress::magnitude_pruning (hone/compress/prune.hpp) is one.
+struct no_weight_constraint {
+  using role = roles::weight_constraint;
+};
+
 /// The phases of one step, as a step observer sees them.
 enum class step_phase : std::uint8_t {
   checkpoint,        ///< the checkpoint role's before_step / after_step (a save's stall)

@@ -128,6 +128,13 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     static_assert(check_trainable<Model, Batch>());
     static_assert(accumulation_policy<accumulation_type, Batch>,
                   "hone::trainer: the accumulation policy cannot weight this batch type.");
+    static_assert(!types::constrained ||
+                      requires(typename types::constraint_type& c, trainer& t) {
+                        c.after_update(t);
+                      },
+                  "hone::trainer: the weight constraint policy must have a member function "
+                  "template <class Trainer> void after_update(Trainer& t), which the trainer "
+                  "calls after every applied update.");
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     const std::vector<float> weights = p_.accumulation.template weights<Batch>(micro_batches);
     step_report r;
@@ -168,6 +175,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
           backend_.apply_update(p_, args);
         }
         ++p_.step;
+        if constexpr (types::constrained) p_.constraint.after_update(*this);
       } else if constexpr (offloaded) {
         // Nothing new to overlap with: a pending delayed update is published now.
         if (engine_.pending()) {
@@ -221,6 +229,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   [[nodiscard]] reduction_type& gradient_reduction() noexcept { return p_.reduction; }
   /// The step observer role's policy object (e.g. to read its timings).
   [[nodiscard]] observer_type& observer() noexcept { return p_.observer; }
+  /// The weight constraint role's policy object (e.g. pruning masks).
+  [[nodiscard]] auto& weight_constraint() noexcept { return p_.constraint; }
   /// The checkpoint role's engine (e.g. to wait() for an async save before exiting).
   [[nodiscard]] typename checkpoint_type::engine& checkpointer() noexcept { return checkpoint_; }
   /// Early stopping (with hone::early_stopping_policy): records one check of the monitored metric

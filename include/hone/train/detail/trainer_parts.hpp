@@ -134,6 +134,7 @@ struct trainer_types {
   using reduction_type = pick_role<roles::gradient_reduction, local_gradients>;
   using observer_type = pick_role<roles::step_observer, no_step_observer>;
   using early_stopping_type = pick_role<roles::early_stopping, no_early_stopping>;
+  using constraint_type = pick_role<roles::weight_constraint, no_weight_constraint>;
 
   static_assert(precision_policy<precision_type>,
                 "hone::trainer: the precision policy must be hone::fp32, hone::bf16_mixed or "
@@ -176,6 +177,9 @@ struct trainer_types {
           },
       "hone::trainer: the step observer policy must have member functions "
       "phase_begin(hone::step_phase) and phase_end(hone::step_phase).");
+
+  /// Whether a weight constraint runs after every applied update.
+  static constexpr bool constrained = !std::is_same_v<constraint_type, no_weight_constraint>;
 
   /// Whether an early-stopping policy monitors a metric (its state travels in checkpoints).
   static constexpr bool stops_early = !std::is_same_v<early_stopping_type, no_early_stopping>;
@@ -236,6 +240,7 @@ struct trainer_parts {
         schedule(policy_object<typename Types::schedule_type>(policies)),
         reduction(policy_object<typename Types::reduction_type>(policies)),
         observer(policy_object<typename Types::observer_type>(policies)),
+        constraint(policy_object<typename Types::constraint_type>(policies)),
         scaler(precision.scaler),
         layout(Types::make_layout(m)),
         state(optimizer, layout) {}
@@ -249,6 +254,7 @@ struct trainer_parts {
   typename Types::schedule_type schedule;
   [[no_unique_address]] typename Types::reduction_type reduction;
   [[no_unique_address]] typename Types::observer_type observer;
+  [[no_unique_address]] typename Types::constraint_type constraint;
   typename Types::scaler_type scaler;
   arena_layout layout;
   arena<float, Space> own_master;   // the master weights, unless the model's or the engine's
