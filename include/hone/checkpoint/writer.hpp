@@ -56,6 +56,7 @@
 #include "hone/core/space.hpp"
 #include "hone/io/directory.hpp"
 #include "hone/io/dtype.hpp"
+#include "hone/profile/zone.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace checkpoint {
@@ -324,7 +325,12 @@ class checkpoint_writer {
     HONE_REQUIRE(!options_.root.empty(), "hone::checkpoint::checkpoint_writer: the root is empty");
     io::ensure_directory(options_.root);
     if (options_.clean_leftovers) cleaned_ = clean_leftovers(options_.root);
-    if (options_.async) worker_ = std::thread([this] { run(); });
+    if (options_.async) {
+      worker_ = std::thread([this] {
+        profile::set_thread_name("hone.checkpoint.writer");
+        run();
+      });
+    }
   }
   checkpoint_writer(const checkpoint_writer&) = delete;
   checkpoint_writer& operator=(const checkpoint_writer&) = delete;
@@ -376,6 +382,7 @@ class checkpoint_writer {
   /// call check(), busy() and the other accessors.
   template <class Fill>
   bool save(std::uint64_t step, Fill&& fill) {
+    HONE_ZONE("hone.checkpoint.save");  // the caller's stall: waiting, the snapshot, a sync write
     std::unique_lock lock(mutex_);
     HONE_REQUIRE(!closed_, "hone::checkpoint::checkpoint_writer::save: the writer was closed");
     HONE_REQUIRE(!filling_,
@@ -393,6 +400,7 @@ class checkpoint_writer {
     filling_ = true;  // the snapshot is ours until pending_ is set
     lock.unlock();
     try {
+      HONE_ZONE("hone.checkpoint.snapshot");
       snapshot_.clear();
       fill(snapshot_);
     } catch (...) {
@@ -469,10 +477,14 @@ class checkpoint_writer {
   }
 
   void write_one(std::uint64_t step) {
+    HONE_ZONE("hone.checkpoint.write");  // the files, fsyncs and the commit
     const std::filesystem::path p =
         write_snapshot(options_.root, step, snapshot_,
                        {.compression = options_.compression, .sync = options_.sync});
-    if (options_.retention) (void)apply_retention(options_.root, *options_.retention, step);
+    if (options_.retention) {
+      HONE_ZONE("hone.checkpoint.retention");
+      (void)apply_retention(options_.root, *options_.retention, step);
+    }
     std::lock_guard lock(mutex_);
     last_ = p;
     ++committed_;

@@ -61,6 +61,7 @@
 #include "hone/optim/optimizer.hpp"
 #include "hone/optim/param_group.hpp"
 #include "hone/optim/sgd.hpp"
+#include "hone/profile/zone.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace offload {
@@ -207,15 +208,19 @@ class engine {
             const std::vector<param_group>& groups = {}) {
     HONE_REQUIRE(device_grads != nullptr && device_params != nullptr,
                  "hone::offload::engine::step: device gradients and parameters must not be null");
+    HONE_ZONE("hone.offload.step");
     if (policy_.delayed_update) flush(device_params);
     validate(args, groups);
-    transport_.begin_to_host();
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      const auto r = buckets_[b];
-      transport_.to_host(grad_stage_.data() + r.begin, device_grads + r.begin, r.size() * sizeof(G),
-                         b);
+    {
+      HONE_ZONE("hone.offload.to_host");  // the copies are issued (async transports)
+      transport_.begin_to_host();
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const auto r = buckets_[b];
+        transport_.to_host(grad_stage_.data() + r.begin, device_grads + r.begin,
+                           r.size() * sizeof(G), b);
+      }
+      transport_.end_to_host();
     }
-    transport_.end_to_host();
     if (!policy_.delayed_update) {
       transport_.begin_to_device();
       for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -230,6 +235,7 @@ class engine {
     }
     pending_ = true;
     job_ = std::thread([this, args, groups] {
+      profile::set_thread_name("hone.offload.host_step");
       try {
         for (std::size_t b = 0; b < buckets_.size(); ++b) update_bucket(b, args, groups);
       } catch (...) {
@@ -258,6 +264,7 @@ class engine {
 
   void update_bucket(std::size_t b, const optimizer_step_args& args,
                      const std::vector<param_group>& groups) {
+    HONE_ZONE("hone.offload.update");  // wait for the bucket's gradients, step, cast
     const auto r = buckets_[b];
     transport_.wait_to_host(b);
     float* base = master_.all().data();
@@ -280,6 +287,7 @@ class engine {
   }
 
   void publish(W* device_params) {
+    HONE_ZONE("hone.offload.publish");
     transport_.begin_to_device();
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       const auto r = buckets_[b];

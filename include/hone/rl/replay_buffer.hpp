@@ -47,6 +47,7 @@
 #include "hone/core/buffer.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/profile/zone.hpp"
 #include "hone/rl/auto_storage.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/concurrency.hpp"
@@ -200,6 +201,7 @@ class replay_buffer {
     static_assert(!(concurrent && windowed),
                   "hone::replay_buffer::add_batch: with hone::many_writers and hone::n_step, add "
                   "through one writer() per thread.");
+    HONE_ZONE("hone.replay.add_batch");
     if constexpr (windowed) {
       for (std::size_t r = 0; r < b.size(); ++r) add(b.row(r));
     } else {
@@ -259,6 +261,7 @@ class replay_buffer {
   /// Draws n items into `out` (resized to n): the columns, the keys and the importance weights.
   /// Throws hone::error when nothing can be sampled (empty buffer, all priorities 0).
   std::size_t sample(std::size_t n, batch_type& out) {
+    HONE_ZONE("hone.replay.sample");
     out.resize(n);
     if (n == 0) return 0;
     std::lock_guard lock(mutex_);
@@ -284,6 +287,7 @@ class replay_buffer {
   /// NaN or infinite value or mismatched lengths.
   std::size_t update_priorities(std::span<const std::uint64_t> keys,
                                 std::span<const float> priorities) requires is_prioritized {
+    HONE_ZONE("hone.replay.update_priorities");
     HONE_REQUIRE(keys.size() == priorities.size(),
                  "hone::replay_buffer::update_priorities: " + std::to_string(keys.size()) +
                      " keys but " + std::to_string(priorities.size()) + " priorities");

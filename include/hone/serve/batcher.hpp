@@ -31,6 +31,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/profile/stats.hpp"
+#include "hone/profile/zone.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace serve {
@@ -367,7 +368,12 @@ class dynamic_batcher {
     }
     batch_.reserve(options_.max_batch_size);
     promises_.reserve(options_.max_batch_size);
-    if (options_.mode == dispatch_mode::thread) dispatcher_ = std::thread([this] { loop(); });
+    if (options_.mode == dispatch_mode::thread) {
+      dispatcher_ = std::thread([this] {
+        profile::set_thread_name("hone.serve.dispatcher");
+        loop();
+      });
+    }
   }
 
   dynamic_batcher(const dynamic_batcher&) = delete;
@@ -594,7 +600,9 @@ class dynamic_batcher {
   /// Runs batch_ through the model and satisfies promises_ (without the lock). Returns the
   /// number of requests failed by the model.
   std::uint64_t run_batch() {
+    HONE_ZONE("hone.serve.batch");  // the model's infer and the answers
     const std::size_t k = batch_.size();
+    HONE_COUNTER("hone.serve.batch_size", k);
     std::exception_ptr err;
     model_threw_ = true;
     try {

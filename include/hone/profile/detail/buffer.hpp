@@ -223,8 +223,15 @@ class registry {
   registry& operator=(const registry&) = delete;
   ~registry() = default;
 
+  /// Registers the calling thread. Threads that exited without recording an event (a library
+  /// thread that only named itself) are forgotten here, so a program that starts many such
+  /// threads and never runs a collector does not accumulate their buffers.
   thread_buffer* add() {
     const std::lock_guard lock(mu_);
+    std::erase_if(buffers_, [](const std::unique_ptr<thread_buffer>& b) {
+      return b->finished.load(std::memory_order_acquire) &&
+             b->first.load(std::memory_order_acquire) == nullptr;
+    });
     buffers_.push_back(std::make_unique<thread_buffer>(next_serial_++));
     return buffers_.back().get();
   }
@@ -241,6 +248,12 @@ class registry {
   void remove_if(Pred&& pred) {
     const std::lock_guard lock(mu_);
     std::erase_if(buffers_, [&](const std::unique_ptr<thread_buffer>& b) { return pred(*b); });
+  }
+
+  /// The threads registered now (exited ones included until they are forgotten).
+  [[nodiscard]] std::size_t size() {
+    const std::lock_guard lock(mu_);
+    return buffers_.size();
   }
 
   /// Claims the right to read the buffers: one collector at a time.
