@@ -1,9 +1,13 @@
 // hone/data.hpp: the data module: lazy datasets over memory-mapped files (text lines, CSV, JSON
 // Lines) with a saved offset index of 8 bytes per record, and Megatron-LM's .bin/.idx indexed
-// dataset layout, read and written byte for byte, and the dataset concept a user's own type plugs
-// in through (docs/data.md).
+// dataset layout, read and written byte for byte, the dataset concept a user's own type plugs
+// in through, samplers, and the loader that assembles batches on oneTBB threads with exact
+// mid-epoch resume (docs/data.md).
 #pragma once
 
 #include "hone/data/dataset.hpp"
 #include "hone/data/line_dataset.hpp"
+#include "hone/data/loader.hpp"
+#include "hone/data/loader_state.hpp"
 #include "hone/data/megatron.hpp"
+#include "hone/data/sampler.hpp"
