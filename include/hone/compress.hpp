@@ -6,3 +6,5 @@
 #include "hone/compress/distill.hpp"
 #include "hone/compress/lora.hpp"
 #include "hone/compress/lora_io.hpp"
+#include "hone/compress/prune.hpp"
+#include "hone/compress/prune_checkpoint.hpp"
