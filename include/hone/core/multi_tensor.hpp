@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/core/device_span.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/parallel.hpp"
@@ -111,8 +112,12 @@ struct chunk {
 };
 
 /// Splits every tensor into chunks of at most `grain` elements (the task table of one pass).
-inline std::vector<chunk> make_chunks(std::span<const std::size_t> sizes, std::size_t total,
-                                      std::size_t grain) {
+/// With separate compilation, defined in hone::compiled (src/functions.cpp).
+HONE_DETAIL_DECL std::vector<chunk> make_chunks(std::span<const std::size_t> sizes,
+                                                std::size_t total, std::size_t grain);
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL std::vector<chunk> make_chunks(std::span<const std::size_t> sizes,
+                                                std::size_t total, std::size_t grain) {
   std::vector<chunk> chunks;
   chunks.reserve(total / grain + sizes.size());
   for (std::size_t t = 0; t < sizes.size(); ++t) {
@@ -122,6 +127,7 @@ inline std::vector<chunk> make_chunks(std::span<const std::size_t> sizes, std::s
   }
   return chunks;
 }
+#endif
 template <class... Ts>
 std::vector<chunk> make_chunks(const tensor_lists<Ts...>& lists, std::size_t grain) {
   return make_chunks(lists.sizes(), lists.total_numel(), grain);

@@ -15,13 +15,20 @@
 // `tbb::task_arena(4).execute([&]{ hone::for_each(...); })` limits them to 4 threads.
 #pragma once
 
+#include "hone/core/detail/separate_compilation.hpp"
+
+// With separate compilation (hone::compiled, core/detail/separate_compilation.hpp) a user's file
+// does not parse oneTBB: the library runs the passes below.
+#if HONE_DETAIL_DEFINITIONS
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/parallel_reduce.h>
 #include <oneapi/tbb/partitioner.h>
+#endif
 
 #include <array>
 #include <cstddef>
+#include <new>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -106,13 +113,11 @@ HONE_FORCEINLINE void apply_range(const Op& op, std::size_t begin, std::size_t e
 struct range_body {
   void (*run)(const void* ctx, std::size_t begin, std::size_t end);
   const void* ctx;
-  void operator()(const tbb::blocked_range<std::size_t>& r) const { run(ctx, r.begin(), r.end()); }
 };
 
 /// body(begin, end) over the tasks of [0, n) (oneTBB's auto partitioner, at least `grain` each).
-inline void parallel_ranges(std::size_t n, std::size_t grain, range_body body) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain), body);
-}
+/// With separate compilation, defined in the library.
+HONE_DETAIL_DECL void parallel_ranges(std::size_t n, std::size_t grain, range_body body);
 
 template <class F>
 void parallel_ranges(std::size_t n, std::size_t grain, const F& f) {
@@ -123,6 +128,7 @@ void parallel_ranges(std::size_t n, std::size_t grain, const F& f) {
                              &f});
 }
 
+#if !defined(HONE_SEPARATE_COMPILATION)
 template <class R>
 struct reduce_body {
   R (*leaf)(const void* ctx, std::size_t begin, std::size_t end, R acc);
@@ -155,6 +161,50 @@ R parallel_reduce_ranges(std::size_t n, std::size_t grain, R init, const Leaf& l
           [](const void* ctx, R x, R y) { return (*static_cast<const Join*>(ctx))(x, y); }, &leaf,
           &join});
 }
+#else
+/// Separate compilation: a reduction whose value type is erased too, so that the library's one
+/// oneTBB deterministic reduction serves every result type. The tree (tasks of `grain` over
+/// [0, n), simple partitioner) and the order of the leaf and join calls are those of the
+/// header-only route above, so the results are the same bits.
+struct reduce_ops {
+  std::size_t size, align;                     // of the value type
+  void (*copy)(void* dst, const void* src);    // construct a copy at dst
+  void (*assign)(void* dst, const void* src);  // *dst = *src
+  void (*destroy)(void* p) noexcept;           // ~R()
+  // *acc = leaf(begin, end, *acc)
+  void (*leaf)(const void* ctx, std::size_t begin, std::size_t end, void* acc);
+  void (*join)(const void* ctx, void* a, const void* b);  // *a = join(*a, *b)
+  const void* leaf_ctx;
+  const void* join_ctx;
+};
+/// *result = the reduction of [0, n) (defined in the library).
+void parallel_reduce_any(std::size_t n, std::size_t grain, const void* init, void* result,
+                         const reduce_ops& ops);
+
+template <class R, class Leaf, class Join>
+R parallel_reduce_ranges(std::size_t n, std::size_t grain, R init, const Leaf& leaf,
+                         const Join& join) {
+  const reduce_ops ops{
+      sizeof(R),
+      alignof(R),
+      [](void* dst, const void* src) { ::new (dst) R(*static_cast<const R*>(src)); },
+      [](void* dst, const void* src) { *static_cast<R*>(dst) = *static_cast<const R*>(src); },
+      [](void* p) noexcept { static_cast<R*>(p)->~R(); },
+      [](const void* ctx, std::size_t b, std::size_t e, void* acc) {
+        R& a = *static_cast<R*>(acc);
+        a = (*static_cast<const Leaf*>(ctx))(b, e, a);
+      },
+      [](const void* ctx, void* a, const void* b) {
+        R& x = *static_cast<R*>(a);
+        x = (*static_cast<const Join*>(ctx))(x, *static_cast<const R*>(b));
+      },
+      &leaf,
+      &join};
+  R result = init;
+  parallel_reduce_any(n, grain, &init, &result, ops);
+  return result;
+}
+#endif
 
 /// Number of independent partial sums of a reduction's inner loop: one AVX-512 vector of floats.
 /// Fixed, so results do not depend on the machine or the thread count.
@@ -223,5 +273,20 @@ template <class R, class Op, class Reduce, class... Ts>
 R transform_reduce(std::size_t n, R init, const Op& op, const Reduce& reduce, Ts*... p) {
   return transform_reduce(n, init, op, reduce, host_tuning{}, p...);
 }
+
+#if HONE_DETAIL_DEFINITIONS
+namespace detail {
+/// oneTBB's body of parallel_ranges.
+struct tbb_range_body {
+  range_body b;
+  void operator()(const tbb::blocked_range<std::size_t>& r) const {
+    b.run(b.ctx, r.begin(), r.end());
+  }
+};
+HONE_DETAIL_DECL void parallel_ranges(std::size_t n, std::size_t grain, range_body body) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain), tbb_range_body{body});
+}
+}  // namespace detail
+#endif
 
 HONE_NAMESPACE_END

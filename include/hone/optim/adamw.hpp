@@ -23,6 +23,7 @@
 #include "hone/core/arena.hpp"
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/half.hpp"
 #include "hone/core/multi_tensor.hpp"
@@ -50,8 +51,11 @@ struct adamw {
 };
 
 namespace detail {
-inline void check_adam_hyperparameters(float beta1, float beta2, float eps, float weight_decay,
-                                       const char* who) {
+HONE_DETAIL_DECL void check_adam_hyperparameters(float beta1, float beta2, float eps,
+                                                 float weight_decay, const char* who);
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL void check_adam_hyperparameters(float beta1, float beta2, float eps,
+                                                 float weight_decay, const char* who) {
   HONE_REQUIRE(beta1 >= 0.0f && beta1 < 1.0f,
                std::string(who) + ": beta1 must be in [0, 1), got " + std::to_string(beta1));
   HONE_REQUIRE(beta2 >= 0.0f && beta2 < 1.0f,
@@ -62,6 +66,7 @@ inline void check_adam_hyperparameters(float beta1, float beta2, float eps, floa
                std::string(who) + ": weight_decay must be finite and >= 0, got " +
                    std::to_string(weight_decay));
 }
+#endif
 }  // namespace detail
 
 /// The per-step constants of an AdamW update, computed once on the host.
@@ -214,10 +219,7 @@ class adamw_state {
   template <class G>
   void step(
       const adamw& policy, const optimizer_step_args& args, float* master, const G* grad,
-      const std::vector<param_group>& groups = {}) requires(space_traits<Space>::host_accessible) {
-    for_each_group(policy, args, master, grad, groups,
-                   [](const auto& lists, const auto& op) { detail::simd_for_each(lists, op); });
-  }
+      const std::vector<param_group>& groups = {}) requires(space_traits<Space>::host_accessible);
 
   /// The backend-independent part of a step: validates, resolves the groups, and calls
   /// run(lists, functor) once per group (the host loop or a CUDA launch).
@@ -278,5 +280,31 @@ class adamw_state {
   arena<float, Space> exp_avg_sq_;
   arena<float, Space> max_exp_avg_sq_;
 };
+
+// Defined out of the class (a member template defined in the class would be inline, which an
+// `extern template` declaration does not keep from being compiled in every file).
+template <class Space>
+template <class G>
+void adamw_state<Space>::step(
+    const adamw& policy, const optimizer_step_args& args, float* master, const G* grad,
+    const std::vector<param_group>& groups) requires(space_traits<Space>::host_accessible) {
+  for_each_group(policy, args, master, grad, groups,
+                 [](const auto& lists, const auto& op) { detail::simd_for_each(lists, op); });
+}
+
+#if HONE_DETAIL_EXTERN_TEMPLATES
+// Separate compilation (core/detail/separate_compilation.hpp): the host steps are compiled once,
+// in hone::compiled (src/optim.cpp).
+extern template void adamw_state<host_space>::step<float>(const adamw&, const optimizer_step_args&,
+                                                          float*, const float*,
+                                                          const std::vector<param_group>&);
+extern template void adamw_state<host_space>::step<bfloat16>(const adamw&,
+                                                             const optimizer_step_args&, float*,
+                                                             const bfloat16*,
+                                                             const std::vector<param_group>&);
+extern template void adamw_state<host_space>::step<half>(const adamw&, const optimizer_step_args&,
+                                                         float*, const half*,
+                                                         const std::vector<param_group>&);
+#endif
 
 HONE_NAMESPACE_END

@@ -26,6 +26,7 @@
 
 #include "hone/core/arena.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
@@ -91,11 +92,14 @@ struct pow_to_double {
   }
 };
 
-inline void check_grad_scale(float s, const char* who) {
+HONE_DETAIL_DECL void check_grad_scale(float s, const char* who);
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL void check_grad_scale(float s, const char* who) {
   HONE_REQUIRE(
       std::isfinite(s) && s > 0.0f,
       std::string(who) + ": grad_scale must be finite and positive, got " + std::to_string(s));
 }
+#endif
 }  // namespace detail
 
 /// One read-only pass over n gradients (float, bfloat16 or half): the sum of squares of
@@ -135,25 +139,7 @@ struct clip_grad_norm {
   /// The norm and coefficient of n gradients (scaled by grad_scale). Reads only.
   template <class G>
   clip_result clip(const G* grad, std::size_t n, float grad_scale = 1.0f,
-                   host_tuning tuning = {}) const {
-    check();
-    detail::check_grad_scale(grad_scale, "hone::clip_grad_norm");
-    double total = 0.0;
-    if (std::isinf(norm_type)) {
-      total = transform_reduce(n, 0.0f, detail::abs_to_float{}, detail::max_nan{}, tuning, grad);
-      total *= grad_scale;
-    } else if (norm_type == 2.0f) {
-      total = std::sqrt(grad_norm_and_check(grad, n, grad_scale, tuning).sum_sq);
-    } else if (norm_type == 1.0f) {
-      total = transform_reduce(n, 0.0, detail::abs_to_double{}, plus{}, tuning, grad);
-      total *= grad_scale;
-    } else {
-      const double p = norm_type;
-      total = transform_reduce(n, 0.0, detail::pow_to_double{p}, plus{}, tuning, grad);
-      total = std::pow(total, 1.0 / p) * grad_scale;
-    }
-    return finish(static_cast<float>(total));
-  }
+                   host_tuning tuning = {}) const;
 
   /// The same over tensor lists (G may be const).
   template <class G>
@@ -186,35 +172,77 @@ struct clip_grad_norm {
   }
 
   /// The coefficient for a measured total norm (also used by the CUDA path).
-  [[nodiscard]] clip_result finish(float total_norm) const {
-    clip_result r;
-    r.norm = total_norm;
-    if (!std::isfinite(total_norm)) {
-      if (error_if_nonfinite) {
-        throw error("hone::clip_grad_norm: the total norm of order " + std::to_string(norm_type) +
-                    " of the gradients is non-finite (" + std::to_string(total_norm) +
-                    "), so it cannot be clipped; skip this step, or set error_if_nonfinite = "
-                    "false to have it reported in clip_result::nonfinite");
-      }
-      r.nonfinite = true;
-      return r;
+  [[nodiscard]] HONE_DETAIL_DECL clip_result finish(float total_norm) const;
+
+  /// Throws config_error unless max_norm is finite and positive and norm_type positive.
+  HONE_DETAIL_DECL void check() const;
+};
+
+// clip_grad_norm's members, out of the class: with separate compilation the pass over a pointer
+// is compiled once in hone::compiled (src/optim.cpp) and the rest is defined there.
+template <class G>
+clip_result clip_grad_norm::clip(const G* grad, std::size_t n, float grad_scale,
+                                 host_tuning tuning) const {
+  check();
+  detail::check_grad_scale(grad_scale, "hone::clip_grad_norm");
+  double total = 0.0;
+  if (std::isinf(norm_type)) {
+    total = transform_reduce(n, 0.0f, detail::abs_to_float{}, detail::max_nan{}, tuning, grad);
+    total *= grad_scale;
+  } else if (norm_type == 2.0f) {
+    total = std::sqrt(grad_norm_and_check(grad, n, grad_scale, tuning).sum_sq);
+  } else if (norm_type == 1.0f) {
+    total = transform_reduce(n, 0.0, detail::abs_to_double{}, plus{}, tuning, grad);
+    total *= grad_scale;
+  } else {
+    const double p = norm_type;
+    total = transform_reduce(n, 0.0, detail::pow_to_double{p}, plus{}, tuning, grad);
+    total = std::pow(total, 1.0 / p) * grad_scale;
+  }
+  return finish(static_cast<float>(total));
+}
+
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL clip_result clip_grad_norm::finish(float total_norm) const {
+  clip_result r;
+  r.norm = total_norm;
+  if (!std::isfinite(total_norm)) {
+    if (error_if_nonfinite) {
+      throw error("hone::clip_grad_norm: the total norm of order " + std::to_string(norm_type) +
+                  " of the gradients is non-finite (" + std::to_string(total_norm) +
+                  "), so it cannot be clipped; skip this step, or set error_if_nonfinite = "
+                  "false to have it reported in clip_result::nonfinite");
     }
-    // PyTorch: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1, in float.
-    const float coef = max_norm / (total_norm + 1e-6f);
-    r.coefficient = coef < 1.0f ? coef : 1.0f;
+    r.nonfinite = true;
     return r;
   }
+  // PyTorch: clip_coef = max_norm / (total_norm + 1e-6), clamped to at most 1, in float.
+  const float coef = max_norm / (total_norm + 1e-6f);
+  r.coefficient = coef < 1.0f ? coef : 1.0f;
+  return r;
+}
 
-  void check() const {
-    HONE_REQUIRE(std::isfinite(max_norm) && max_norm > 0.0f,
-                 "hone::clip_grad_norm: max_norm must be finite and positive, got " +
-                     std::to_string(max_norm));
-    HONE_REQUIRE(norm_type > 0.0f && !std::isnan(norm_type),
-                 "hone::clip_grad_norm: norm_type must be positive (2, 1, any p > 0, or infinity), "
-                 "got " +
-                     std::to_string(norm_type));
-  }
-};
+HONE_DETAIL_DECL void clip_grad_norm::check() const {
+  HONE_REQUIRE(std::isfinite(max_norm) && max_norm > 0.0f,
+               "hone::clip_grad_norm: max_norm must be finite and positive, got " +
+                   std::to_string(max_norm));
+  HONE_REQUIRE(norm_type > 0.0f && !std::isnan(norm_type),
+               "hone::clip_grad_norm: norm_type must be positive (2, 1, any p > 0, or infinity), "
+               "got " +
+                   std::to_string(norm_type));
+}
+#endif
+
+#if HONE_DETAIL_EXTERN_TEMPLATES
+#define HONE_DETAIL_CLIPPING_EXTERN(G)                                                           \
+  extern template grad_stats grad_norm_and_check<G>(const G*, std::size_t, float, host_tuning);  \
+  extern template clip_result clip_grad_norm::clip<G>(const G*, std::size_t, float, host_tuning) \
+      const;
+HONE_DETAIL_CLIPPING_EXTERN(float)
+HONE_DETAIL_CLIPPING_EXTERN(bfloat16)
+HONE_DETAIL_CLIPPING_EXTERN(half)
+#undef HONE_DETAIL_CLIPPING_EXTERN
+#endif
 
 /// Clamp functor of clip_grad_value: g = clamp(g, lo, hi), NaN kept; reports non-finite values
 /// (through the return value on the host, through *found_inf when set on the device).

@@ -24,6 +24,7 @@
 
 #include "hone/core/arena.hpp"
 #include "hone/core/config.hpp"
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/roles.hpp"
 #include "hone/core/space.hpp"
@@ -71,7 +72,19 @@ inline bool finite_nonnegative(float x) {
 }
 
 /// Checks the step arguments; `who` names the optimizer in messages.
-inline void check_step_args(const optimizer_step_args& a, const char* who) {
+HONE_DETAIL_DECL void check_step_args(const optimizer_step_args& a, const char* who);
+
+/// Resolves the user's groups against `layout`: each slot index must exist and belong to at most
+/// one group; slots in no group form a last, default group (lr_scale 1, `default_decay`).
+/// Empty groups are dropped.
+HONE_DETAIL_DECL std::vector<resolved_group> resolve_groups(const arena_layout& layout,
+                                                            const std::vector<param_group>& groups,
+                                                            float lr, float default_decay,
+                                                            const char* who);
+
+// The definitions: inline in the header, or in hone::compiled with separate compilation.
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL void check_step_args(const optimizer_step_args& a, const char* who) {
   HONE_REQUIRE(a.step >= 1,
                std::string(who) +
                    ": optimizer_step_args::step is the 1-based count of applied updates "
@@ -85,12 +98,10 @@ inline void check_step_args(const optimizer_step_args& a, const char* who) {
                    "; a non-finite clipping norm or loss scale means the step must be skipped");
 }
 
-/// Resolves the user's groups against `layout`: each slot index must exist and belong to at most
-/// one group; slots in no group form a last, default group (lr_scale 1, `default_decay`).
-/// Empty groups are dropped.
-inline std::vector<resolved_group> resolve_groups(const arena_layout& layout,
-                                                  const std::vector<param_group>& groups, float lr,
-                                                  float default_decay, const char* who) {
+HONE_DETAIL_DECL std::vector<resolved_group> resolve_groups(const arena_layout& layout,
+                                                            const std::vector<param_group>& groups,
+                                                            float lr, float default_decay,
+                                                            const char* who) {
   std::vector<unsigned char> taken(layout.size(), 0);
   std::vector<resolved_group> out;
   out.reserve(groups.size() + 1);
@@ -124,6 +135,8 @@ inline std::vector<resolved_group> resolve_groups(const arena_layout& layout,
   if (!rest.slots.empty()) out.push_back(std::move(rest));
   return out;
 }
+
+#endif
 
 /// Bias correction 1 - beta^step, computed in double (as PyTorch computes it in Python).
 inline double bias_correction(float beta, std::uint64_t step) {

@@ -15,6 +15,7 @@
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/detail/no_contract.hpp"
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/core/half.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/parallel.hpp"
@@ -133,5 +134,22 @@ struct load_master {
     master = static_cast<float>(working);
   }
 };
+
+#if HONE_DETAIL_EXTERN_TEMPLATES
+// Separate compilation (core/detail/separate_compilation.hpp): the unscale passes and the casts
+// between master and working weights of the three working types are compiled once, in
+// hone::compiled (src/precision.cpp).
+#define HONE_DETAIL_PRECISION_EXTERN(W)                                                         \
+  extern template double unscale_accumulate_into<W>(const tensor_lists<float, const W>&, float, \
+                                                    bool, host_tuning);                         \
+  extern template void for_each<cast_to_working<W>, W, const float>(                            \
+      const tensor_lists<W, const float>&, const cast_to_working<W>&, host_tuning);             \
+  extern template void for_each<load_master<W>, float, const W>(                                \
+      const tensor_lists<float, const W>&, const load_master<W>&, host_tuning);
+HONE_DETAIL_PRECISION_EXTERN(float)
+HONE_DETAIL_PRECISION_EXTERN(bfloat16)
+HONE_DETAIL_PRECISION_EXTERN(half)
+#undef HONE_DETAIL_PRECISION_EXTERN
+#endif
 
 HONE_NAMESPACE_END

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "hone/core/detail/separate_compilation.hpp"
 #include "hone/schedule/common.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -90,47 +91,7 @@ struct one_cycle {
   /// a non-positive max_lr, div_factor or final_div_factor, total_steps = 0, pct_start outside
   /// (0, 1) (or above 0.5 with three_phase), pct_start * total_steps = 1 (a zero-length first
   /// phase: PyTorch divides by zero), or a momentum outside [0, 1] when cycle_momentum is set.
-  void validate() const {
-    constexpr const char* name = "one_cycle";
-    detail::schedule_require_peak_lr(max_lr, name, "max_lr");
-    HONE_DETAIL_SCHEDULE_REQUIRE(
-        total_steps > 0, name,
-        "total_steps must be positive (the number of updates in the cycle), "
-        "got 0 (was it left unset?).");
-    HONE_DETAIL_SCHEDULE_REQUIRE(
-        std::isfinite(pct_start) && pct_start > 0.0 && pct_start < 1.0, name,
-        "pct_start must be in (0, 1) (the fraction of the cycle spent raising the learning "
-        "rate; PyTorch's default is 0.3), got " +
-            detail::schedule_number(pct_start) + ".");
-    HONE_DETAIL_SCHEDULE_REQUIRE(!three_phase || pct_start <= 0.5, name,
-                                 "with three_phase, pct_start must be at most 0.5 (the first two "
-                                 "phases take 2 * pct_start of the cycle), got " +
-                                     detail::schedule_number(pct_start) + ".");
-    HONE_DETAIL_SCHEDULE_REQUIRE(
-        pct_start * static_cast<double>(total_steps) != 1.0, name,
-        "pct_start * total_steps = 1 makes the first phase zero steps long (its end step is "
-        "pct_start * total_steps - 1 = 0, where PyTorch divides by zero); change pct_start or "
-        "total_steps.");
-    HONE_DETAIL_SCHEDULE_REQUIRE(std::isfinite(div_factor) && div_factor > 0.0, name,
-                                 "div_factor must be positive and finite (initial_lr = max_lr / "
-                                 "div_factor), got " +
-                                     detail::schedule_number(div_factor) + ".");
-    HONE_DETAIL_SCHEDULE_REQUIRE(
-        std::isfinite(final_div_factor) && final_div_factor > 0.0, name,
-        "final_div_factor must be positive and finite (min_lr = initial_lr / "
-        "final_div_factor), got " +
-            detail::schedule_number(final_div_factor) + ".");
-    if (cycle_momentum) {
-      HONE_DETAIL_SCHEDULE_REQUIRE(
-          std::isfinite(base_momentum) && base_momentum >= 0.0 && base_momentum <= 1.0, name,
-          "base_momentum must be in [0, 1], got " + detail::schedule_number(base_momentum) +
-              " (set cycle_momentum = false to leave momentum alone).");
-      HONE_DETAIL_SCHEDULE_REQUIRE(
-          std::isfinite(max_momentum) && max_momentum >= 0.0 && max_momentum <= 1.0, name,
-          "max_momentum must be in [0, 1], got " + detail::schedule_number(max_momentum) +
-              " (set cycle_momentum = false to leave momentum alone).");
-    }
-  }
+  HONE_DETAIL_DECL void validate() const;
 
  private:
   HONE_HOST_DEVICE double anneal_value(double start, double end, double pct) const noexcept {
@@ -169,5 +130,49 @@ struct one_cycle {
     return length != 0.0 ? (t - start) / length : 1.0;
   }
 };
+
+// With separate compilation, defined in hone::compiled (src/functions.cpp).
+#if HONE_DETAIL_DEFINITIONS
+HONE_DETAIL_DECL void one_cycle::validate() const {
+  constexpr const char* name = "one_cycle";
+  detail::schedule_require_peak_lr(max_lr, name, "max_lr");
+  HONE_DETAIL_SCHEDULE_REQUIRE(total_steps > 0, name,
+                               "total_steps must be positive (the number of updates in the cycle), "
+                               "got 0 (was it left unset?).");
+  HONE_DETAIL_SCHEDULE_REQUIRE(
+      std::isfinite(pct_start) && pct_start > 0.0 && pct_start < 1.0, name,
+      "pct_start must be in (0, 1) (the fraction of the cycle spent raising the learning "
+      "rate; PyTorch's default is 0.3), got " +
+          detail::schedule_number(pct_start) + ".");
+  HONE_DETAIL_SCHEDULE_REQUIRE(!three_phase || pct_start <= 0.5, name,
+                               "with three_phase, pct_start must be at most 0.5 (the first two "
+                               "phases take 2 * pct_start of the cycle), got " +
+                                   detail::schedule_number(pct_start) + ".");
+  HONE_DETAIL_SCHEDULE_REQUIRE(
+      pct_start * static_cast<double>(total_steps) != 1.0, name,
+      "pct_start * total_steps = 1 makes the first phase zero steps long (its end step is "
+      "pct_start * total_steps - 1 = 0, where PyTorch divides by zero); change pct_start or "
+      "total_steps.");
+  HONE_DETAIL_SCHEDULE_REQUIRE(std::isfinite(div_factor) && div_factor > 0.0, name,
+                               "div_factor must be positive and finite (initial_lr = max_lr / "
+                               "div_factor), got " +
+                                   detail::schedule_number(div_factor) + ".");
+  HONE_DETAIL_SCHEDULE_REQUIRE(
+      std::isfinite(final_div_factor) && final_div_factor > 0.0, name,
+      "final_div_factor must be positive and finite (min_lr = initial_lr / "
+      "final_div_factor), got " +
+          detail::schedule_number(final_div_factor) + ".");
+  if (cycle_momentum) {
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        std::isfinite(base_momentum) && base_momentum >= 0.0 && base_momentum <= 1.0, name,
+        "base_momentum must be in [0, 1], got " + detail::schedule_number(base_momentum) +
+            " (set cycle_momentum = false to leave momentum alone).");
+    HONE_DETAIL_SCHEDULE_REQUIRE(
+        std::isfinite(max_momentum) && max_momentum >= 0.0 && max_momentum <= 1.0, name,
+        "max_momentum must be in [0, 1], got " + detail::schedule_number(max_momentum) +
+            " (set cycle_momentum = false to leave momentum alone).");
+  }
+}
+#endif
 
 HONE_NAMESPACE_END

@@ -24,6 +24,7 @@
 #if defined(HONE_WITH_NCCL)
 #include <nccl.h>
 #endif
+#include <cmath>
 
 int main() {
   std::string components;
@@ -53,6 +54,20 @@ int main() {
   if (arena.view("w")[5] != 7.0f || w.shape()[0] != 2 || w.shape()[1] != 3) return 8;
   components += " xtensor " + std::to_string(XTENSOR_VERSION_MAJOR) + "." +
                 std::to_string(XTENSOR_VERSION_MINOR);
+#endif
+
+#if defined(HONE_SEPARATE_COMPILATION)
+  // hone::compiled: the AdamW host step is the library's (declared extern template in the
+  // headers). One step from p = 1 with g = 0.5 and fresh moments moves p by lr * g / (|g| + eps)
+  // (bias-corrected moments g and g * g), i.e. to 0.9 for lr = 0.1.
+  hone::arena_layout adam_layout(sizeof(float));
+  adam_layout.add("p", 3);
+  hone::adamw_state<> adam(hone::adamw{.weight_decay = 0.0f}, adam_layout);
+  float p[3] = {1.0f, 1.0f, 1.0f};
+  const float g[3] = {0.5f, 0.5f, 0.5f};
+  adam.step(hone::adamw{.weight_decay = 0.0f}, {.step = 1, .lr = 0.1f}, p, g);
+  if (std::fabs(p[2] - 0.9f) > 1e-6f) return 9;
+  components += " compiled";
 #endif
 
   // oneTBB and zstd are linked through hone::hone.
