@@ -219,10 +219,13 @@ BOOST_AUTO_TEST_CASE(unsupported_or_mismatched_files_are_refused_with_a_sentence
   refused_with([&] { hc::load_lora(reshaped, dir.path); },
                "tensor 'base_model.model.block.proj.lora_A.weight' has shape [2, 5], but layer "
                "'block.proj' needs [2, 6]");
-  hc::lora_model fewer({{"fc1", t.w1, t.b1, 5, 6}}, {.r = 2});
+  hc::lora_model fewer({{"fc1", t.w1, t.b1, 5, 6}}, {.r = 2, .seed = 17});
+  const std::vector<float> fewer_a(fewer.lora_A(0).begin(), fewer.lora_A(0).end());
   refused_with([&] { hc::load_lora(fewer, dir.path); },
                "has the tensor 'base_model.model.block.proj.lora_A.weight', which no layer of the "
                "model takes");
+  // A refused file leaves the model's adapters as they were (fc1's tensors were fine).
+  BOOST_TEST(same_bits(fewer.lora_A(0), fewer_a));
   target.merge();
   refused_with(load, "unmerge() before loading");
   target.unmerge();

@@ -219,6 +219,13 @@ inline void load_lora(lora_model& model, const std::filesystem::path& dir) {
   HONE_REQUIRE(!model.any_merged(), "hone::compress::load_lora: some layers of the model are "
                                     "merged; unmerge() before loading other adapters");
   const auto st = checkpoint::safetensors_file::open(file);
+  // Everything is checked before the first adapter is overwritten: a refused file leaves the
+  // model as it was.
+  struct pending {
+    const checkpoint::tensor_info* tensor;
+    std::span<float> destination;
+  };
+  std::vector<pending> reads;
   std::set<std::string, std::less<>> expected;
   for (std::size_t i = 0; i < model.size(); ++i) {
     const linear_ref& l = model.layer(i);
@@ -242,8 +249,7 @@ inline void load_lora(lora_model& model, const std::filesystem::path& dir) {
         detail::lora_fail(file, "tensor '" + key + "' is " + std::string(io::dtype_name(t->type)) +
                                     "; LoRA weights must be F16, BF16, F32 or F64");
       }
-      const auto dst = which == "lora_A" ? model.lora_A(i) : model.lora_B(i);
-      st.read(*t, std::as_writable_bytes(dst), io::dtype::f32);
+      reads.push_back({t, which == "lora_A" ? model.lora_A(i) : model.lora_B(i)});
     }
   }
   for (const auto& t : st.tensors()) {
@@ -252,6 +258,9 @@ inline void load_lora(lora_model& model, const std::filesystem::path& dir) {
                                   "', which no layer of the model takes (hone loads lora_A and "
                                   "lora_B weights of the model's layers only)");
     }
+  }
+  for (const pending& p : reads) {
+    st.read(*p.tensor, std::as_writable_bytes(p.destination), io::dtype::f32);
   }
   lora_options o = model.options();
   o.alpha = cfg.options.alpha;
