@@ -5,6 +5,7 @@
 // (an MPI implementation) and is therefore not included here (docs/dist.md).
 #pragma once
 
+#include "hone/dist/clock.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/data_parallel.hpp"
 #include "hone/dist/local_comm.hpp"

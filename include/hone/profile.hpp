@@ -8,6 +8,7 @@
 #include "hone/profile/chrome_json.hpp"
 #include "hone/profile/clock.hpp"
 #include "hone/profile/collector.hpp"
+#include "hone/profile/merge.hpp"
 #include "hone/profile/csv_writer.hpp"
 #include "hone/profile/metric_writer.hpp"
 #include "hone/profile/metrics.hpp"

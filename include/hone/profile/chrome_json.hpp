@@ -25,12 +25,24 @@ namespace profile {
 
 class chrome_json_writer final : public trace_sink {
  public:
-  explicit chrome_json_writer(const std::filesystem::path& path)
-      : file_(path, io::create_mode::truncate, io::write_hashing::off) {
+  /// `rank` >= 0 (trace_options::rank): the events carry the rank as their pid, and the process
+  /// is named "rank N (pid P)", so the files of several processes merge without clashing
+  /// (hone/profile/merge.hpp). -1: the operating system's pid.
+  explicit chrome_json_writer(const std::filesystem::path& path, int rank = -1)
+      : file_(path, io::create_mode::truncate, io::write_hashing::off), rank_(rank) {
     buf_ = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
   }
 
   void thread(const thread_info& t) override {
+    if (rank_ >= 0 && !process_named_) {
+      process_named_ = true;
+      open_event();
+      buf_ += "\"ph\":\"M\",\"name\":\"process_name\",\"pid\":";
+      buf_ += std::to_string(rank_);
+      buf_ += ",\"args\":{\"name\":";
+      quote("rank " + std::to_string(rank_) + " (pid " + std::to_string(t.pid) + ")");
+      buf_ += "}}";
+    }
     if (t.name.empty()) return;
     open_event();
     buf_ += "\"ph\":\"M\",\"name\":\"thread_name\"";
@@ -104,7 +116,7 @@ class chrome_json_writer final : public trace_sink {
   }
   void ids(const thread_info& t) {
     buf_ += ",\"pid\":";
-    buf_ += std::to_string(t.pid);
+    buf_ += std::to_string(rank_ >= 0 ? static_cast<std::uint64_t>(rank_) : t.pid);
     buf_ += ",\"tid\":";
     buf_ += std::to_string(t.tid);
   }
@@ -127,6 +139,8 @@ class chrome_json_writer final : public trace_sink {
   }
 
   io::output_file file_;
+  int rank_;
+  bool process_named_ = false;
   std::string buf_;
   bool first_ = true;
 };

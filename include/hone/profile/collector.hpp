@@ -114,6 +114,12 @@ class collector {
     for (trace_sink* s : sinks) s->flush();
   }
 
+  /// Adds `ns` to every time handed to the sinks (durations are unchanged): a rank's offset to
+  /// rank 0's clock (hone::dist::estimate_clock_offset_ns), so the traces of several processes
+  /// share one time base. A time that the offset would make negative is passed as 0.
+  void set_time_offset_ns(std::int64_t ns) noexcept { offset_ns_ = ns; }
+  [[nodiscard]] std::int64_t time_offset_ns() const noexcept { return offset_ns_; }
+
   /// Reads and forgets every event recorded so far (and the statistics and counts): what a
   /// trace that starts now should not show.
   void discard() {
@@ -162,7 +168,14 @@ class collector {
       name = begin_name;
       stats_for(begin_name).add(ns >= begin_ns ? ns - begin_ns : 0);
     }
-    for (trace_sink* s : sinks) s->event(st.info, e.kind, name, ns, e.arg);
+    std::uint64_t at = ns;
+    if (offset_ns_ < 0) {
+      const auto back = static_cast<std::uint64_t>(-(offset_ns_ + 1)) + 1;  // no overflow at min
+      at = ns >= back ? ns - back : 0;
+    } else {
+      at = ns + static_cast<std::uint64_t>(offset_ns_);
+    }
+    for (trace_sink* s : sinks) s->event(st.info, e.kind, name, at, e.arg);
   }
 
   /// A zone name's statistics: found by pointer first (names are static), then by text.
@@ -180,6 +193,7 @@ class collector {
   }
 
   const clock_calibration* cal_;
+  std::int64_t offset_ns_ = 0;
   std::uint64_t dropped_base_ = 0;
   std::unordered_map<std::uint64_t, state> threads_;
   std::vector<std::uint64_t> gone_;

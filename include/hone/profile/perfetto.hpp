@@ -79,10 +79,16 @@ inline constexpr std::uint32_t en_name = 2;
 
 class perfetto_writer final : public trace_sink {
  public:
-  /// `process_name` names the process track (empty: none).
-  explicit perfetto_writer(const std::filesystem::path& path, std::string process_name = {})
+  /// `process_name` names the process track (empty: none). `source` tells the files of several
+  /// processes apart (trace_options::rank + 1; 0: a single-process trace): the packets use
+  /// sequence id max(source, 1) and, for source != 0, track ids hashed from (source, pid, ...),
+  /// so the files of every rank concatenate into one valid trace (hone/profile/merge.hpp).
+  explicit perfetto_writer(const std::filesystem::path& path, std::string process_name = {},
+                           std::uint32_t source = 0)
       : file_(path, io::create_mode::truncate, io::write_hashing::off),
-        process_name_(std::move(process_name)) {}
+        process_name_(std::move(process_name)),
+        source_(source),
+        sequence_id_(source == 0 ? 1 : source) {}
 
   void thread(const thread_info& t) override {
     namespace f = perfetto_fields;
@@ -157,12 +163,24 @@ class perfetto_writer final : public trace_sink {
 
  private:
   static constexpr std::size_t flush_bytes = std::size_t{1} << 20;
-  static constexpr std::uint32_t sequence_id = 1;
 
   // Track uuids: unique within the file and, the pid being part of them, across the files of
-  // several processes.
-  static std::uint64_t process_uuid(std::uint32_t pid) { return (std::uint64_t{0x70} << 56) | pid; }
-  static std::uint64_t thread_uuid(const thread_info& t) {
+  // several processes on one host; with a source (a rank), a hash of (kind, source, pid, index),
+  // unique across hosts too (pids may repeat there) but for a 2^-64 chance per pair.
+  [[nodiscard]] std::uint64_t mix(std::uint64_t kind, std::uint64_t pid, std::uint64_t index) const {
+    auto step = [](std::uint64_t z) {  // splitmix64's finalizer
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      return z ^ (z >> 31);
+    };
+    return step(step(step((kind << 32) | source_) ^ pid) ^ index);
+  }
+  [[nodiscard]] std::uint64_t process_uuid(std::uint32_t pid) const {
+    if (source_ != 0) return mix(0x70, pid, 0);
+    return (std::uint64_t{0x70} << 56) | pid;
+  }
+  [[nodiscard]] std::uint64_t thread_uuid(const thread_info& t) const {
+    if (source_ != 0) return mix(0x50, t.pid, t.serial);
     return (std::uint64_t{0x50} << 56) | (std::uint64_t{t.pid} << 24) | (t.serial & 0xffffff);
   }
 
@@ -173,7 +191,7 @@ class perfetto_writer final : public trace_sink {
     namespace pf = perfetto_fields;
     detail::proto_writer out(buf_);
     out.message(pf::trace_packet, [&](detail::proto_writer& p) {
-      p.uint(pf::trusted_packet_sequence_id, sequence_id);
+      p.uint(pf::trusted_packet_sequence_id, sequence_id_);
       if (first_) {
         flags |= pf::seq_incremental_state_cleared;
         p.uint(pf::first_packet_on_sequence, 1);
@@ -206,7 +224,8 @@ class perfetto_writer final : public trace_sink {
     if (!found.second) return found.first->second;
     ensure_process(pid);
     const std::uint64_t uuid =
-        (std::uint64_t{0x60} << 56) | (std::uint64_t{pid} << 24) | counters_.size();
+        source_ != 0 ? mix(0x60, pid, counters_.size())
+                     : (std::uint64_t{0x60} << 56) | (std::uint64_t{pid} << 24) | counters_.size();
     found.first->second = uuid;
     packet([&](detail::proto_writer& p) {
       p.message(f::track_descriptor, [&](detail::proto_writer& td) {
@@ -221,6 +240,8 @@ class perfetto_writer final : public trace_sink {
 
   io::output_file file_;
   std::string process_name_;
+  std::uint32_t source_;
+  std::uint32_t sequence_id_;
   detail::byte_buffer buf_;
   bool first_ = true;
   std::unordered_map<std::string_view, std::uint64_t> iids_;

@@ -43,18 +43,33 @@ struct trace_options {
   bool enable = true;          ///< switch recording on when the trace starts, off when it ends
   bool keep_earlier = false;   ///< also write the events recorded before the trace started
   std::string process_name{};  ///< names the process in the Perfetto trace
+  /// This process's rank in a multi-process run (-1: none). With a rank, the files can be merged
+  /// with the other ranks' (hone/profile/merge.hpp): the Perfetto trace uses packet sequence
+  /// rank + 1 and track ids that include the rank, the process track is named "rank N" unless
+  /// process_name says otherwise, and the Chrome JSON file uses the rank as its pid.
+  int rank = -1;
+  /// Added to every time written (see collector::set_time_offset_ns): this rank's offset to rank
+  /// 0's clock, from hone::dist::estimate_clock_offset_ns (hone/dist/clock.hpp).
+  std::int64_t clock_offset_ns = 0;
 };
 
 class trace {
  public:
   explicit trace(trace_options opt) : opt_(std::move(opt)) {
+    HONE_REQUIRE(opt_.rank >= -1, "hone::profile::trace: rank " + std::to_string(opt_.rank) +
+                                      " is negative; give the process's rank (0, 1, ...) or -1 "
+                                      "for a single-process trace");
     if (!opt_.keep_earlier) collector_.discard();
+    collector_.set_time_offset_ns(opt_.clock_offset_ns);
     if (!opt_.perfetto.empty()) {
-      perfetto_.emplace(opt_.perfetto, opt_.process_name);
+      std::string name = opt_.process_name;
+      if (name.empty() && opt_.rank >= 0) name = "rank " + std::to_string(opt_.rank);
+      perfetto_.emplace(opt_.perfetto, std::move(name),
+                        static_cast<std::uint32_t>(opt_.rank + 1));
       sinks_.push_back(&*perfetto_);
     }
     if (!opt_.chrome_json.empty()) {
-      json_.emplace(opt_.chrome_json);
+      json_.emplace(opt_.chrome_json, opt_.rank);
       sinks_.push_back(&*json_);
     }
     if (opt_.enable) set_enabled(true);
