@@ -10,7 +10,8 @@
 //     exits 1 if unmerge() does not restore the base bit for bit
 //   lora_interop_helper check <dir> <adapter dir> <expected.safetensors>
 //     loads <adapter dir> (PEFT's files) onto the base of <dir>, runs x through it and compares
-//     with "y" of <expected.safetensors>: exit 0 when max |hone - expected| <= 1e-5 * max |expected|
+//     with "y" of <expected.safetensors>: exit 0 when
+//     max |hone - expected| <= 1e-5 * max |expected|
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -34,7 +34,9 @@ struct user_linear {
   std::size_t out, in;
   std::vector<float> w, b;
   user_linear(std::size_t o, std::size_t i, bool bias, unsigned seed)
-      : out(o), in(i), w(random_vector(o * i, seed, 0.3f)),
+      : out(o),
+        in(i),
+        w(random_vector(o * i, seed, 0.3f)),
         b(bias ? random_vector(o, seed + 1000) : std::vector<float>{}) {}
   hc::linear_ref ref(std::string name) { return {std::move(name), w, b, out, in}; }
 };
@@ -44,9 +46,8 @@ struct oracle_result {
   std::vector<double> y, dA, dB, dx;
 };
 oracle_result oracle(const user_linear& L, std::span<const float> A, std::span<const float> B,
-                     std::size_t r, double s, std::span<const float> x,
-                     std::span<const float> dy, std::size_t rows,
-                     const std::vector<std::uint8_t>& keep, double p) {
+                     std::size_t r, double s, std::span<const float> x, std::span<const float> dy,
+                     std::size_t rows, const std::vector<std::uint8_t>& keep, double p) {
   const std::size_t in = L.in, out = L.out;
   auto u = [&](std::size_t n, std::size_t c) {
     const double v = x[n * in + c];
@@ -103,8 +104,8 @@ double max_rel_error(std::span<const float> got, const V& want) {
 void check_against_oracle(bool bias, float dropout, bool rslora) {
   const std::size_t rows = 7, in = 13, out = 9, r = 4;
   user_linear L(out, in, bias, 11);
-  hc::lora_model m({L.ref("enc.fc")}, {.r = r, .alpha = 6.0f, .dropout = dropout,
-                                       .use_rslora = rslora, .seed = 5});
+  hc::lora_model m({L.ref("enc.fc")},
+                   {.r = r, .alpha = 6.0f, .dropout = dropout, .use_rslora = rslora, .seed = 5});
   const auto Bv = random_vector(out * r, 12, 0.5f);  // as if trained: B = 0 would hide bugs
   std::copy(Bv.begin(), Bv.end(), m.lora_B(0).begin());
   const auto x = random_vector(rows * in, 13);
@@ -211,8 +212,8 @@ BOOST_AUTO_TEST_CASE(init_is_peft_kaiming_uniform_a_and_zero_b) {
   std::vector<float> y(3 * out);
   m.eval();
   m.forward(0, x, 3, y);
-  const auto R = oracle(L, m.lora_A(0), m.lora_B(0), r, 2.0, x, std::vector<float>(3 * out), 3,
-                        {}, 0.0);
+  const auto R =
+      oracle(L, m.lora_A(0), m.lora_B(0), r, 2.0, x, std::vector<float>(3 * out), 3, {}, 0.0);
   BOOST_TEST(max_rel_error(y, R.y) < 1e-5);
 }
 
@@ -234,9 +235,9 @@ BOOST_AUTO_TEST_CASE(parameters_are_the_adapters_only) {
       const float* hi = base->data() + base->size();
       BOOST_TEST((q.value.data() + q.value.size() <= lo || q.value.data() >= hi));
     }
-    BOOST_TEST((q.value.data() >= m.adapters().all().data() &&
-                q.value.data() + q.value.size() <=
-                    m.adapters().all().data() + m.adapters().all().size()));
+    BOOST_TEST(
+        (q.value.data() >= m.adapters().all().data() &&
+         q.value.data() + q.value.size() <= m.adapters().all().data() + m.adapters().all().size()));
   }
 }
 
@@ -253,8 +254,8 @@ BOOST_AUTO_TEST_CASE(merge_then_unmerge_restores_the_base_bit_for_bit) {
   std::vector<float> y_adapted(rows * out), y_merged(rows * out);
   m.eval();
   m.forward(0, x, rows, y_adapted);
-  const auto R = oracle(L, m.lora_A(0), m.lora_B(0), r, 3.0, x, std::vector<float>(rows * out),
-                        rows, {}, 0.0);
+  const auto R =
+      oracle(L, m.lora_A(0), m.lora_B(0), r, 3.0, x, std::vector<float>(rows * out), rows, {}, 0.0);
   BOOST_TEST(max_rel_error(y_adapted, R.y) < 1e-5);
   m.merge();
   BOOST_TEST(m.merged(0));
@@ -265,7 +266,8 @@ BOOST_AUTO_TEST_CASE(merge_then_unmerge_restores_the_base_bit_for_bit) {
   for (std::size_t o = 0; o < out; ++o) {
     for (std::size_t c = 0; c < in; ++c) {
       double d = 0;
-      for (std::size_t k = 0; k < r; ++k) d += double(m.lora_B(0)[o * r + k]) * m.lora_A(0)[k * in + c];
+      for (std::size_t k = 0; k < r; ++k)
+        d += double(m.lora_B(0)[o * r + k]) * m.lora_A(0)[k * in + c];
       const double want = double(w0[o * in + c]) + s * d;
       BOOST_REQUIRE(std::abs(L.w[o * in + c] - want) <= 2e-7 * (std::abs(want) + std::abs(s * d)));
       changed += L.w[o * in + c] != w0[o * in + c];
@@ -276,8 +278,8 @@ BOOST_AUTO_TEST_CASE(merge_then_unmerge_restores_the_base_bit_for_bit) {
   m.forward(0, x, rows, y_merged);
   double worst = 0;
   for (std::size_t i = 0; i < y_merged.size(); ++i)
-    worst = std::max(worst, double(std::abs(y_merged[i] - y_adapted[i])) /
-                                (1e-3 + std::abs(y_adapted[i])));
+    worst = std::max(
+        worst, double(std::abs(y_merged[i] - y_adapted[i])) / (1e-3 + std::abs(y_adapted[i])));
   BOOST_TEST(worst < 1e-4);
   m.unmerge();
   BOOST_TEST(!m.merged(0));
@@ -289,7 +291,8 @@ BOOST_AUTO_TEST_CASE(merge_then_unmerge_restores_the_base_bit_for_bit) {
   for (std::size_t o = 0; o < out; ++o)
     for (std::size_t c = 0; c < in; ++c) {
       double d = 0;
-      for (std::size_t k = 0; k < r; ++k) d += double(m.lora_B(0)[o * r + k]) * m.lora_A(0)[k * in + c];
+      for (std::size_t k = 0; k < r; ++k)
+        d += double(m.lora_B(0)[o * r + k]) * m.lora_A(0)[k * in + c];
       subtracted[o * in + c] = L.w[o * in + c] - float(s * d);
     }
   BOOST_TEST(!same_bits(subtracted, w0));
@@ -314,11 +317,10 @@ BOOST_AUTO_TEST_CASE(merge_misuse_is_refused_with_a_sentence) {
   std::vector<float> y(3);
   hc::lora_tape t;
   m.forward(0, x, 1, y, &t);
-  BOOST_CHECK_EXCEPTION(m.backward(0, x, y, 1, t), hone::config_error,
-                        [](const hone::config_error& e) {
-                          return std::string(e.what()).find("unmerge() before training") !=
-                                 std::string::npos;
-                        });
+  BOOST_CHECK_EXCEPTION(
+      m.backward(0, x, y, 1, t), hone::config_error, [](const hone::config_error& e) {
+        return std::string(e.what()).find("unmerge() before training") != std::string::npos;
+      });
   BOOST_CHECK_THROW(m.reset_parameters(1), hone::config_error);
   // The user changed W while merged: unmerge refuses to discard that, forget_merge keeps it.
   L.w[2] += 1.0f;
@@ -345,15 +347,22 @@ BOOST_AUTO_TEST_CASE(bad_input_names_what_is_wrong) {
   };
   throws_with([&] { hc::lora_model({}, {}); }, "no layers given");
   throws_with([&] { hc::lora_model({L.ref("fc")}, {.r = 0}); }, "rank r is 0");
-  throws_with([&] { hc::lora_model({L.ref("fc")}, {.r = 1, .dropout = 1.0f}); },
-              "outside [0, 1)");
-  throws_with([&] { hc::lora_model({L.ref("fc"), L.ref("fc")}, {.r = 1}); },
-              "same name as layer 0");
-  throws_with([&] { hc::lora_model({{"fc", L.w, L.b, 4, 4}}, {.r = 1}); },
-              "the weight view has 12 elements, but [out, in] = [4, 4] needs 16");
-  throws_with([&] { hc::lora_model({{"fc", L.w, std::span<const float>(L.b).first(2), 3, 4}},
-                                   {.r = 1}); },
-              "the bias view has 2 elements");
+  throws_with([&] { hc::lora_model({L.ref("fc")}, {.r = 1, .dropout = 1.0f}); }, "outside [0, 1)");
+  throws_with(
+      [&] {
+        hc::lora_model({L.ref("fc"), L.ref("fc")}, {.r = 1});
+      },
+      "same name as layer 0");
+  throws_with(
+      [&] {
+        hc::lora_model({{"fc", L.w, L.b, 4, 4}}, {.r = 1});
+      },
+      "the weight view has 12 elements, but [out, in] = [4, 4] needs 16");
+  throws_with(
+      [&] {
+        hc::lora_model({{"fc", L.w, std::span<const float>(L.b).first(2), 3, 4}}, {.r = 1});
+      },
+      "the bias view has 2 elements");
   hc::lora_model m({L.ref("fc")}, {.r = 2});
   std::vector<float> x(8), y(5);
   throws_with([&] { m.forward(0, x, 2, y); }, "y has 5 elements, but 2 rows of 3 need 6");
@@ -383,7 +392,8 @@ struct adapted_mlp {
   hc::lora_model lora;
   hc::lora_tape t1, t2;
   explicit adapted_mlp(float dropout)
-      : lora({fc1.ref("fc1"), fc2.ref("fc2")}, {.r = 4, .alpha = 8, .dropout = dropout, .seed = 7}) {}
+      : lora({fc1.ref("fc1"), fc2.ref("fc2")},
+             {.r = 4, .alpha = 8, .dropout = dropout, .seed = 7}) {}
   std::vector<hone::parameter<float>> parameters() { return lora.parameters(); }
   float forward_backward(const reg_batch& b, float scale) {
     const std::size_t n = b.rows;

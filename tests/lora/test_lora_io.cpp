@@ -115,8 +115,8 @@ BOOST_AUTO_TEST_CASE(saved_files_have_peft_names_and_fields) {
 BOOST_AUTO_TEST_CASE(load_round_trips_bit_for_bit_and_takes_the_config) {
   hone_test::temp_dir dir("lora-io");
   two_layers t;
-  const auto saved = trained(t, {.r = 3, .alpha = 5.5f, .dropout = 0.2f, .use_rslora = true,
-                                 .seed = 4});
+  const auto saved =
+      trained(t, {.r = 3, .alpha = 5.5f, .dropout = 0.2f, .use_rslora = true, .seed = 4});
   hc::save_lora(saved, dir.path, {.task_type = "CAUSAL_LM", .base_model_name_or_path = ""});
   const json::value written = read_json(dir / "adapter_config.json");
   BOOST_TEST(written.at("task_type").as_string() == "CAUSAL_LM");

@@ -78,7 +78,7 @@ struct lora_tape {
 
 namespace detail {
 
-inline std::size_t checked_product(std::size_t a, std::size_t b, std::string_view what) {
+inline std::size_t lora_checked_product(std::size_t a, std::size_t b, std::string_view what) {
   HONE_REQUIRE(b == 0 || a <= static_cast<std::size_t>(-1) / b,
                "hone::compress::lora: " + std::string(what) + " overflows size_t");
   return a * b;
@@ -102,15 +102,16 @@ class lora_model {
     arena_layout layout(sizeof(float));
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const linear_ref& l = layers_[i];
-      const std::string who = "hone::compress::lora_model: layer " + std::to_string(i) + " '" +
-                              l.name + "'";
-      HONE_REQUIRE(!l.name.empty(), who + " has no name; give each layer its module path "
-                                          "(\"encoder.fc1\"), which names its adapters");
+      const std::string who =
+          "hone::compress::lora_model: layer " + std::to_string(i) + " '" + l.name + "'";
+      HONE_REQUIRE(!l.name.empty(), who +
+                                        " has no name; give each layer its module path "
+                                        "(\"encoder.fc1\"), which names its adapters");
       HONE_REQUIRE(l.out_features > 0 && l.in_features > 0,
                    who + " has out_features " + std::to_string(l.out_features) +
                        " and in_features " + std::to_string(l.in_features) +
                        "; both must be positive");
-      const std::size_t n = detail::checked_product(l.out_features, l.in_features, who);
+      const std::size_t n = detail::lora_checked_product(l.out_features, l.in_features, who);
       HONE_REQUIRE(l.weight.size() == n,
                    who + ": the weight view has " + std::to_string(l.weight.size()) +
                        " elements, but [out, in] = [" + std::to_string(l.out_features) + ", " +
@@ -120,14 +121,14 @@ class lora_model {
                        " elements; it must be empty (no bias) or have out_features = " +
                        std::to_string(l.out_features));
       for (std::size_t j = 0; j < i; ++j) {
-        HONE_REQUIRE(layers_[j].name != l.name,
-                     who + " has the same name as layer " + std::to_string(j) +
-                         "; module paths must be distinct");
+        HONE_REQUIRE(layers_[j].name != l.name, who + " has the same name as layer " +
+                                                    std::to_string(j) +
+                                                    "; module paths must be distinct");
       }
       layout.add(l.name + ".lora_A.weight",
-                 detail::checked_product(options_.r, l.in_features, who + " lora_A"));
+                 detail::lora_checked_product(options_.r, l.in_features, who + " lora_A"));
       layout.add(l.name + ".lora_B.weight",
-                 detail::checked_product(l.out_features, options_.r, who + " lora_B"));
+                 detail::lora_checked_product(l.out_features, options_.r, who + " lora_B"));
     }
     values_ = arena<float>(layout);
     grads_ = arena<float>(layout);
@@ -196,10 +197,10 @@ class lora_model {
     p.reserve(2 * layers_.size());
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       const auto& l = layers_[i];
-      p.push_back({values_.layout()[2 * i].name, {options_.r, l.in_features}, lora_A(i),
-                   grad_A(i)});
-      p.push_back({values_.layout()[2 * i + 1].name, {l.out_features, options_.r}, lora_B(i),
-                   grad_B(i)});
+      p.push_back(
+          {values_.layout()[2 * i].name, {options_.r, l.in_features}, lora_A(i), grad_A(i)});
+      p.push_back(
+          {values_.layout()[2 * i + 1].name, {l.out_features, options_.r}, lora_B(i), grad_B(i)});
     }
     return p;
   }
@@ -281,9 +282,8 @@ class lora_model {
   void backward(std::size_t i, std::span<const float> x, std::span<const float> dy,
                 std::size_t rows, const lora_tape& tape, std::span<float> dx = {}) {
     const linear_ref& l = layer(i);
-    HONE_REQUIRE(!merged_[i].active,
-                 "hone::compress::lora_model::backward: layer '" + l.name +
-                     "' is merged; unmerge() before training the adapters");
+    HONE_REQUIRE(!merged_[i].active, "hone::compress::lora_model::backward: layer '" + l.name +
+                                         "' is merged; unmerge() before training the adapters");
     check_rows("backward", i, x.size(), rows, l.in_features, "x");
     check_rows("backward", i, dy.size(), rows, l.out_features, "dy");
     if (!dx.empty()) check_rows("backward", i, dx.size(), rows, l.in_features, "dx");
@@ -392,8 +392,8 @@ class lora_model {
     HONE_REQUIRE(io::hash64(std::as_bytes(l.weight)) == m.merged_hash,
                  "hone::compress::lora_model::unmerge: the weight of layer '" + l.name +
                      "' changed after merge(), so restoring the pre-merge bytes would discard that "
-                     "change; undo it, or call forget_merge(" + std::to_string(i) +
-                     ") to keep the current weight as the base");
+                     "change; undo it, or call forget_merge(" +
+                     std::to_string(i) + ") to keep the current weight as the base");
     std::copy(m.base.begin(), m.base.end(), l.weight.begin());
     m = merged_state{};
   }
@@ -437,12 +437,11 @@ class lora_model {
   }
   void check_rows(std::string_view fn, std::size_t i, std::size_t got, std::size_t rows,
                   std::size_t width, std::string_view what) const {
-    HONE_REQUIRE(got == rows * width, "hone::compress::lora_model::" + std::string(fn) +
-                                          ": layer '" + layers_[i].name + "': " +
-                                          std::string(what) + " has " + std::to_string(got) +
-                                          " elements, but " + std::to_string(rows) + " rows of " +
-                                          std::to_string(width) + " need " +
-                                          std::to_string(rows * width));
+    HONE_REQUIRE(got == rows * width,
+                 "hone::compress::lora_model::" + std::string(fn) + ": layer '" + layers_[i].name +
+                     "': " + std::string(what) + " has " + std::to_string(got) + " elements, but " +
+                     std::to_string(rows) + " rows of " + std::to_string(width) + " need " +
+                     std::to_string(rows * width));
   }
   static float dot(const float* a, const float* b, std::size_t n) noexcept {
     float acc = 0.0f;

@@ -68,7 +68,7 @@ inline std::string lora_key(std::string_view module, std::string_view which) {
   throw checkpoint_error("hone::compress: '" + file.string() + "': " + what);
 }
 
-inline bool is_null_or_empty(const io::json::value* v) {
+inline bool lora_null_or_empty(const io::json::value* v) {
   return v == nullptr || v->is_null() || ((v->is_array() || v->is_object()) && v->size() == 0);
 }
 
@@ -158,7 +158,8 @@ inline void save_lora(const lora_model& model, const std::filesystem::path& dir,
   if (rank == 0) detail::lora_fail(file, "r is 0; a LoRA rank is at least 1");
   cfg.options.r = static_cast<std::size_t>(rank);
   const io::json::value& alpha = field("lora_alpha");
-  if (!alpha.is_number()) detail::lora_fail(file, "lora_alpha is " + alpha.dump() + ", not a number");
+  if (!alpha.is_number())
+    detail::lora_fail(file, "lora_alpha is " + alpha.dump() + ", not a number");
   cfg.options.alpha = alpha.as_float();
   if (const io::json::value* d = root.find("lora_dropout"); d != nullptr && !d->is_null()) {
     if (!d->is_number()) detail::lora_fail(file, "lora_dropout is " + d->dump() + ", not a number");
@@ -196,7 +197,7 @@ inline void save_lora(const lora_model& model, const std::filesystem::path& dir,
   refuse_if(is_true("lora_bias"), "lora_bias is true (a bias on lora_B)");
   for (const std::string_view key : {"rank_pattern", "alpha_pattern", "modules_to_save",
                                      "layer_replication", "target_parameters"}) {
-    if (const io::json::value* v = root.find(key); !detail::is_null_or_empty(v)) {
+    if (const io::json::value* v = root.find(key); !detail::lora_null_or_empty(v)) {
       refuse_if(true, std::string(key) + " is set (" + v->dump() + ")");
     }
   }
@@ -216,8 +217,9 @@ inline void load_lora(lora_model& model, const std::filesystem::path& dir) {
                           std::to_string(model.rank()) +
                           "; build the model with lora_model_from_pretrained or the same r");
   }
-  HONE_REQUIRE(!model.any_merged(), "hone::compress::load_lora: some layers of the model are "
-                                    "merged; unmerge() before loading other adapters");
+  HONE_REQUIRE(!model.any_merged(),
+               "hone::compress::load_lora: some layers of the model are "
+               "merged; unmerge() before loading other adapters");
   const auto st = checkpoint::safetensors_file::open(file);
   // Everything is checked before the first adapter is overwritten: a refused file leaves the
   // model as it was.
