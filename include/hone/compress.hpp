@@ -8,3 +8,4 @@
 #include "hone/compress/lora_io.hpp"
 #include "hone/compress/prune.hpp"
 #include "hone/compress/prune_checkpoint.hpp"
+#include "hone/compress/sparse24.hpp"
