@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <hone/checkpoint/directory.hpp>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/checkpoint/writer.hpp>
@@ -45,6 +46,9 @@
 #include <hone/optim/clipping.hpp>
 #include <hone/optim/param_group.hpp>
 #include <hone/precision/policies.hpp>
+#include <hone/profile/phase_timer.hpp>
+#include <hone/profile/trace.hpp>
+#include <hone/profile/zone.hpp>
 #include <hone/schedule/one_cycle.hpp>
 #include <hone/train/accumulate.hpp>
 #include <hone/train/early_stopping.hpp>
@@ -92,6 +96,7 @@ struct options {
   bool checkpoint_async = false;
   bool resume = false;
   std::optional<std::uint64_t> stop_after;  // testing --resume: stop as if interrupted
+  std::optional<std::filesystem::path> trace;  // a Perfetto trace of the run (CPU path)
 };
 
 constexpr const char* usage_text =
@@ -116,6 +121,9 @@ constexpr const char* usage_text =
     "  --resume                    continue from the newest valid checkpoint in --checkpoint-dir\n"
     "  --stop-after N              stop after step N without a final checkpoint, as if killed\n"
     "                              (to test --resume)\n"
+    "  --trace FILE                write a Perfetto trace of the run (CPU path: the trainer's\n"
+    "                              phases, the batches, validations and checkpoint saves; open\n"
+    "                              it in ui.perfetto.dev)\n"
     "  --help                      print this text\n";
 
 [[noreturn]] void bad_flag(const std::string& why) {
@@ -180,7 +188,8 @@ options parse_flags(int argc, char** argv) {
                                                  "--checkpoint-dir",
                                                  "--checkpoint-every",
                                                  "--keep",
-                                                 "--stop-after"};
+                                                 "--stop-after",
+                                                 "--trace"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) {
       bad_flag("unknown flag '" + std::string(flag) + "'");
     }
@@ -238,6 +247,9 @@ options parse_flags(int argc, char** argv) {
       o.keep = parse_integer(flag, v, 0, 1'000'000);
     } else if (flag == "--stop-after") {
       o.stop_after = parse_integer(flag, v, 1, 10'000'000);
+    } else if (flag == "--trace") {
+      if (v.empty()) bad_flag("--trace needs a file name, got ''");
+      o.trace = value;
     }
   }
   if (!o.checkpoint_dir && (o.resume || o.checkpoint_async)) {
@@ -444,9 +456,12 @@ int train(const options& o, Precision precision) {
   const train_mlp::dataset data = train_mlp::make_spiral({});
   const std::size_t features = data.features;
   model_type model(features, o.hidden, data.classes, o.seed);
+  // phase_timer (the step observer role) times each phase of every step; the table is printed at
+  // the end, and with --trace each step's phases are zones of the trace.
   hone::trainer t(model, precision, hone::accumulate::by_count{},
                   hone::adamw{.weight_decay = 0.01f}, hone::clip_grad_norm{.max_norm = 1.0f},
-                  hone::one_cycle{.max_lr = o.lr, .total_steps = o.steps});
+                  hone::one_cycle{.max_lr = o.lr, .total_steps = o.steps},
+                  hone::profile::phase_timer{});
   // No weight decay on biases.
   t.set_param_groups(hone::make_param_groups(
       t.layout(), {{.match = hone::is_no_decay_name, .weight_decay = 0.0f}}));
@@ -541,13 +556,25 @@ int train(const options& o, Precision precision) {
   hone_examples::progress bar(o.steps);
   std::uint64_t skipped = 0, skipped_in_a_row = 0;
   std::optional<train_mlp::evaluation> last_validation;
+  std::optional<hone::profile::trace> trace;
+  if (o.trace) {
+    trace.emplace(hone::profile::trace_options{.perfetto = *o.trace, .process_name = "train_mlp"});
+    hone::profile::set_thread_name("main");
+  }
   const auto start = std::chrono::steady_clock::now();
   for (std::uint64_t step = first_step; step <= o.steps; ++step) {
-    const hone::step_report r = t.step(batches.next());
+    const hone::step_report r = [&] {
+      const std::span<const train_mlp::batch> micro = [&] {
+        HONE_ZONE("train_mlp.batches");  // the next step's micro-batches, from the shuffled order
+        return batches.next();
+      }();
+      return t.step(micro);
+    }();
     if (writer) writer->check();  // a failed background save throws here, at the next step
     metrics_row& row = rows.emplace_back(metrics_row{step, r, std::nullopt});
     bool stopping = false;
     if (step % o.eval_every == 0 || step == o.steps) {
+      HONE_ZONE("train_mlp.validate");
       row.validation = model.evaluate(data.validation, features);
       last_validation = row.validation;
       // Snapshots the (master) weights whenever the validation loss is a new best.
@@ -597,6 +624,7 @@ int train(const options& o, Precision precision) {
   bar.finish();
   if (writer) {
     writer->wait();
+    if (trace) trace->close();  // after the last background write, so the trace has it
     std::printf("checkpoints: %zu saved, newest %s\n", writer->saves_committed(),
                 writer->last_committed() ? writer->last_committed()->string().c_str() : "-");
   }
@@ -609,6 +637,14 @@ int train(const options& o, Precision precision) {
   std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),
               static_cast<unsigned long long>(t.steps_done()),
               static_cast<unsigned long long>(skipped), seconds);
+  std::printf("time per phase of the trainer's step (hone::profile::phase_timer):\n");
+  std::fflush(stdout);
+  t.observer().print_summary(std::cout);
+  if (trace) {
+    trace->close();
+    std::printf("wrote the trace %s (%llu events dropped)\n", o.trace->string().c_str(),
+                static_cast<unsigned long long>(trace->dropped_events()));
+  }
 
   // Back to the weights with the best validation loss: into the fp32 master weights, then cast
   // into the model's working weights.

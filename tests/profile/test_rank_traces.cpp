@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE hone_profile_rank_traces
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <iterator>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <hone/io/json.hpp>
@@ -171,4 +173,26 @@ BOOST_AUTO_TEST_CASE(a_trace_cut_short_is_refused_and_nothing_is_written) {
   BOOST_CHECK_THROW(hp::merge_perfetto_traces(std::span<const fs::path>{}, out),
                     hone::config_error);
   BOOST_CHECK_THROW(hp::trace({.rank = -2}), hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(threads_named_before_a_trace_starts_keep_their_names_in_it) {
+  // A trace discards what was recorded before it; the names of the threads that exist already
+  // (a checkpoint writer's thread started before the trace) must still reach its files.
+  std::thread named([] { hp::set_thread_name("started-before"); });
+  named.join();  // exited: forgotten once drained, but its name must be seen by the next drain
+  std::atomic<bool> stop{false}, ready{false};
+  std::thread alive([&] {
+    hp::set_thread_name("alive-before");
+    ready = true;
+    while (!stop) std::this_thread::yield();
+  });
+  while (!ready) std::this_thread::yield();
+  hp::collector c;
+  c.discard();  // what hone::profile::trace does when it starts
+  const recording_sink s = drain(c);
+  stop = true;
+  alive.join();
+  bool found = false;
+  for (const auto& [serial, t] : s.threads) found = found || t.name == "alive-before";
+  BOOST_TEST(found, "the name of a thread named before the trace reaches the sink");
 }

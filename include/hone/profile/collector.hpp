@@ -71,7 +71,7 @@ class collector {
       auto [it, fresh] = threads_.try_emplace(b.serial);
       state& st = it->second;
       const std::uint32_t nv = b.name_version.load(std::memory_order_acquire);
-      if (fresh || nv != st.name_version) {
+      if (fresh || !st.announced || nv != st.name_version) {
         st.info.serial = b.serial;
         st.info.tid = b.tid;
         st.info.pid = b.pid;
@@ -80,6 +80,7 @@ class collector {
           st.info.name = b.name;
         }
         st.name_version = nv;
+        st.announced = !sinks.empty();
         for (trace_sink* s : sinks) s->thread(st.info);
       }
       if (b.head == nullptr) b.head = b.first.load(std::memory_order_acquire);
@@ -124,6 +125,8 @@ class collector {
   /// trace that starts now should not show.
   void discard() {
     drain({});
+    // The sinks of later drains have not seen the threads yet (their names included).
+    for (auto& [serial, st] : threads_) st.announced = false;
     stats_.clear();
     by_pointer_.clear();
     dropped_base_ = dropped_total();
@@ -149,6 +152,7 @@ class collector {
   struct state {
     thread_info info;
     std::uint32_t name_version = 0;
+    bool announced = false;  // thread() was called with this name (false after discard())
     std::uint64_t dropped = 0;
     std::vector<std::pair<const char*, std::uint64_t>> open;  // open zones: name, begin ns
   };
