@@ -443,9 +443,17 @@ class lora_model {
                      std::to_string(rows) + " rows of " + std::to_string(width) + " need " +
                      std::to_string(rows * width));
   }
+  // Eight independent partial sums (a float reduction in one accumulator cannot be vectorized
+  // without reassociation, which the compiler may not do by itself), then the tail.
   static float dot(const float* a, const float* b, std::size_t n) noexcept {
-    float acc = 0.0f;
-    for (std::size_t k = 0; k < n; ++k) acc += a[k] * b[k];
+    float part[8] = {};
+    std::size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+      for (std::size_t j = 0; j < 8; ++j) part[j] += a[k + j] * b[k + j];
+    }
+    float acc =
+        ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    for (; k < n; ++k) acc += a[k] * b[k];
     return acc;
   }
 
