@@ -88,8 +88,8 @@ struct copy_rows {
   }
 };
 
-using loader_t = data::loader<data::megatron_dataset<std::uint16_t>, rows, copy_rows,
-                              data::shuffled_sampler>;
+using loader_t =
+    data::loader<data::megatron_dataset<std::uint16_t>, rows, copy_rows, data::shuffled_sampler>;
 
 struct setup {
   std::unique_ptr<data::megatron_dataset<std::uint16_t>> ds;
@@ -112,9 +112,9 @@ setup& corpus_of(const corpus_spec& c) {
 void report(benchmark::State& state, const corpus_spec& c, std::size_t threads) {
   hone_bench::report_bytes(state, c.records * c.width * 2);
   state.counters["threads"] = static_cast<double>(threads);
-  state.counters["samples_per_s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(c.records),
-      benchmark::Counter::kIsRate);
+  state.counters["samples_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(c.records),
+                         benchmark::Counter::kIsRate);
 }
 
 void run_hone(benchmark::State& state, const corpus_spec& c, std::size_t threads) {
@@ -124,8 +124,8 @@ void run_hone(benchmark::State& state, const corpus_spec& c, std::size_t threads
   if (!l) {
     l = std::make_unique<loader_t>(
         *s.ds, rows{std::vector<std::uint16_t>(batch_rows * s.width)}, copy_rows{s.width},
-        data::loader_options{.batch_size = batch_rows, .threads = threads, .prefetch = 4,
-                             .seed = 1});
+        data::loader_options{
+            .batch_size = batch_rows, .threads = threads, .prefetch = 4, .seed = 1});
   }
   std::uint64_t sum = 0, samples = 0;
   for (auto _ : state) {
@@ -141,8 +141,8 @@ void run_hone(benchmark::State& state, const corpus_spec& c, std::size_t threads
 
 void run_limit(benchmark::State& state, const corpus_spec& c, std::size_t threads) {
   setup& s = corpus_of(c);
-  std::vector<std::vector<std::uint16_t>> buffers(
-      threads, std::vector<std::uint16_t>(batch_rows * s.width));
+  std::vector<std::vector<std::uint16_t>> buffers(threads,
+                                                  std::vector<std::uint16_t>(batch_rows * s.width));
   std::vector<std::uint64_t> order;
   std::uint64_t epoch = 0, sum = 0;
   const std::size_t batches = (c.records + batch_rows - 1) / batch_rows;
@@ -189,4 +189,6 @@ bool register_benchmarks() {
 
 }  // namespace
 
-int main(int argc, char** argv) { return hone_bench::main(argc, argv, {}, register_benchmarks); }
+int main(int argc, char** argv) {
+  return hone_bench::main(argc, argv, {}, register_benchmarks);
+}

@@ -36,7 +36,8 @@ std::vector<seen> expected_epoch(const std::vector<std::uint64_t>& order, std::u
     s.indices.assign(order.begin() + static_cast<std::ptrdiff_t>(first),
                      order.begin() + static_cast<std::ptrdiff_t>(first + rows));
     s.padded = last == data::last_batch::pad ? b : rows;
-    for (std::size_t r = 0; r < s.padded; ++r) s.values.push_back(numbers::value(s.indices[r % rows]));
+    for (std::size_t r = 0; r < s.padded; ++r)
+      s.values.push_back(numbers::value(s.indices[r % rows]));
     out.push_back(s);
   }
   out.push_back(end_of_epoch());
@@ -121,8 +122,11 @@ BOOST_AUTO_TEST_CASE(every_thread_count_and_prefetch_depth_gives_the_same_bytes)
   const auto make = [&](std::size_t threads, std::size_t prefetch) {
     auto l = std::make_unique<data::loader<numbers, batch, put, data::shuffled_sampler>>(
         ds, batch{std::vector<std::uint64_t>(8)}, put{},
-        data::loader_options{.batch_size = 8, .threads = threads, .prefetch = prefetch,
-                             .seed = 1234, .last = data::last_batch::pad});
+        data::loader_options{.batch_size = 8,
+                             .threads = threads,
+                             .prefetch = prefetch,
+                             .seed = 1234,
+                             .last = data::last_batch::pad});
     l->set_transform(noisy);
     return l;
   };
@@ -169,12 +173,12 @@ BOOST_AUTO_TEST_CASE(a_bad_record_stops_at_its_batch_with_the_sample_index) {
       BOOST_TEST(e.epoch() == 0u);
       BOOST_TEST(!e.file_offset().has_value());
       const std::string m = e.what();
-      for (const char* frag : {"sample 13 (epoch 0, position 13", "record 13 is damaged",
-                               "on_bad_record::skip"}) {
+      for (const char* frag :
+           {"sample 13 (epoch 0, position 13", "record 13 is damaged", "on_bad_record::skip"}) {
         BOOST_TEST(m.find(frag) != std::string::npos, m << " lacks " << frag);
       }
     }
-    BOOST_TEST(l.state().position == 12u);  // the failed batch was not consumed
+    BOOST_TEST(l.state().position == 12u);                  // the failed batch was not consumed
     BOOST_CHECK_THROW((void)l.next(), data::sample_error);  // and the loader stays failed
   }
 }
@@ -185,10 +189,12 @@ BOOST_AUTO_TEST_CASE(bad_records_can_be_skipped_and_counted) {
   std::vector<seen> first_run;
   for (const std::size_t threads : {0u, 1u, 3u}) {
     data::loader l(ds, batch{std::vector<std::uint64_t>(4)}, put{},
-                   {.batch_size = 4, .threads = threads, .last = data::last_batch::pad,
+                   {.batch_size = 4,
+                    .threads = threads,
+                    .last = data::last_batch::pad,
                     .bad_records = data::on_bad_record::skip});
     const std::vector<seen> got = run(l, 12);  // two epochs of 5 batches and their ends
-    BOOST_TEST(got[1].rows == 3u);  // samples 4, 5, 7; padded with 4
+    BOOST_TEST(got[1].rows == 3u);             // samples 4, 5, 7; padded with 4
     BOOST_TEST((got[1].indices == std::vector<std::uint64_t>{4, 5, 7}));
     BOOST_TEST((got[1].values == std::vector<std::uint64_t>{1028, 1035, 1049, 1028}));
     BOOST_TEST(got[1].padded == 4u);
@@ -254,10 +260,12 @@ BOOST_AUTO_TEST_CASE(a_line_dataset_error_names_the_file_and_byte_offset) {
 BOOST_AUTO_TEST_CASE(bad_options_and_late_calls_are_refused) {
   const numbers ds{4};
   using L = data::loader<numbers, batch, put>;
-  BOOST_TEST(message_of([&] { L l(ds, batch{}, put{}, {.batch_size = 0}); })
-                 .find("batch_size is 0") != std::string::npos);
-  BOOST_TEST(message_of([&] { L l(ds, batch{}, put{}, {.batch_size = 1, .prefetch = 0}); })
-                 .find("prefetch is 0") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               L l(ds, batch{}, put{}, {.batch_size = 0});
+             }).find("batch_size is 0") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               L l(ds, batch{}, put{}, {.batch_size = 1, .prefetch = 0});
+             }).find("prefetch is 0") != std::string::npos);
   L l(ds, batch{std::vector<std::uint64_t>(1)}, put{});
   (void)l.next();
   BOOST_TEST(message_of([&] { l.set_transform(noisy); }).find("before the first next()") !=

@@ -139,10 +139,12 @@ BOOST_AUTO_TEST_CASE(the_state_json_is_exact_and_checked) {
   BOOST_TEST((through_json(s) == s));
   hone::io::json::value o = data::to_json(s);
   o.as_object().erase(o.as_object().begin() + 2);  // "position"
-  BOOST_TEST(message_of([&] { (void)data::loader_state_from_json(o, "data.loader"); })
-                 .find("data.loader has no field \"position\"") != std::string::npos);
-  BOOST_TEST(message_of([&] { (void)data::load_loader_state(hone::io::json::value::object()); })
-                 .find("save_loader_state") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               (void)data::loader_state_from_json(o, "data.loader");
+             }).find("data.loader has no field \"position\"") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               (void)data::load_loader_state(hone::io::json::value::object());
+             }).find("save_loader_state") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_state_of_another_dataset_sampler_or_generator_is_refused) {
@@ -150,12 +152,13 @@ BOOST_AUTO_TEST_CASE(a_state_of_another_dataset_sampler_or_generator_is_refused)
   auto l = make(ds, 1, 1);
   data::loader_state s = l->state();
   s.dataset_size = 30;
-  BOOST_TEST(message_of([&] { l->restore(s); })
-                 .find("a dataset of 30 samples, this one has 31") != std::string::npos);
+  BOOST_TEST(message_of([&] { l->restore(s); }).find("a dataset of 30 samples, this one has 31") !=
+             std::string::npos);
   s = l->state();
   s.sampler = "sequential";
-  BOOST_TEST(message_of([&] { l->restore(s); })
-                 .find("'sequential' sampler, this loader has a 'shuffled' one") !=
+  BOOST_TEST(message_of([&] {
+               l->restore(s);
+             }).find("'sequential' sampler, this loader has a 'shuffled' one") !=
              std::string::npos);
   s = l->state();
   s.rng = "mt19937";

@@ -1,9 +1,9 @@
 // Tests of hone/data/sampler.hpp: each sampler's epoch order against what it must be (the
 // identity; a permutation whose positions are uniform over many epochs; draw frequencies against
 // the weights by a chi-square bound; the without-replacement law of the first draw), orders as pure
-// functions of (seed, epoch), and the distributed deal: for every (size, position, world) the ranks'
-// shares are disjoint and cover exactly [position, size), and a run that changes its world size
-// mid-epoch reads every entry once.
+// functions of (seed, epoch), and the distributed deal: for every (size, position, world) the
+// ranks' shares are disjoint and cover exactly [position, size), and a run that changes its world
+// size mid-epoch reads every entry once.
 #define BOOST_TEST_MODULE hone_data_sampler
 #include <boost/test/unit_test.hpp>
 
@@ -161,16 +161,20 @@ BOOST_AUTO_TEST_CASE(weighted_without_replacement_has_the_sequential_draw_law) {
 }
 
 BOOST_AUTO_TEST_CASE(weighted_refuses_bad_weights_with_a_sentence) {
-  BOOST_TEST(message_of([] { data::weighted_sampler({1.0, -2.0}, 1); }).find("weight 1 is") !=
-             std::string::npos);
-  BOOST_TEST(message_of([] { data::weighted_sampler({0.0, 0.0}, 1); }).find("all 2 weights are 0") !=
-             std::string::npos);
-  BOOST_TEST(message_of([] { data::weighted_sampler({1.0, 0.0, 1.0}, 3, false); })
-                 .find("only 2 weights are positive") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               data::weighted_sampler({1.0, -2.0}, 1);
+             }).find("weight 1 is") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               data::weighted_sampler({0.0, 0.0}, 1);
+             }).find("all 2 weights are 0") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               data::weighted_sampler({1.0, 0.0, 1.0}, 3, false);
+             }).find("only 2 weights are positive") != std::string::npos);
   const data::weighted_sampler s({1.0, 1.0}, 4);
   order_t out;
-  BOOST_TEST(message_of([&] { s.epoch_order(3, 0, 0, out); })
-                 .find("2 weights for a dataset of 3 samples") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               s.epoch_order(3, 0, 0, out);
+             }).find("2 weights for a dataset of 3 samples") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(distributed_shares_are_disjoint_and_cover_the_rest_of_the_epoch) {
@@ -199,8 +203,8 @@ BOOST_AUTO_TEST_CASE(distributed_shares_are_disjoint_and_cover_the_rest_of_the_e
           const std::uint64_t covered = t == data::tail::pad ? rest : rest / world * world;
           for (std::uint64_t p = 0; p < m; ++p) {
             const int want = (p >= begin && p < begin + covered) ? 1 : 0;
-            BOOST_TEST(seen[p] == want, "m " << m << " begin " << begin << " world " << world
-                                              << " position " << p);
+            BOOST_TEST(seen[p] == want,
+                       "m " << m << " begin " << begin << " world " << world << " position " << p);
           }
           BOOST_TEST(pads == (t == data::tail::pad ? (world - rest % world) % world : 0u));
         }
@@ -240,8 +244,10 @@ BOOST_AUTO_TEST_CASE(distributed_sampler_checks_its_rank_and_keeps_the_base_name
   BOOST_TEST(s.world == 4u);
   BOOST_TEST(s.count == 8u);
   BOOST_TEST(data::sampler_slice(data::sequential_sampler{}, 30, 4).count == 26u);
-  BOOST_TEST(message_of([] { data::distributed_sampler<data::sequential_sampler>({}, 4, 4); })
-                 .find("rank 4 of a world of 4") != std::string::npos);
-  BOOST_TEST(message_of([] { data::distributed_sampler<data::sequential_sampler>({}, 0, 0); })
-                 .find("world size must be >= 1") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               data::distributed_sampler<data::sequential_sampler>({}, 4, 4);
+             }).find("rank 4 of a world of 4") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               data::distributed_sampler<data::sequential_sampler>({}, 0, 0);
+             }).find("world size must be >= 1") != std::string::npos);
 }

@@ -3,7 +3,8 @@
 //   hone::data::line_dataset ds("train.txt");
 //   struct rows { std::vector<char> bytes = std::vector<char>(64 * 2048); };   // reused buffer
 //   auto collate = [](rows& b, std::size_t row, std::string_view rec) {
-//     std::memcpy(b.bytes.data() + row * 2048, rec.data(), std::min<std::size_t>(rec.size(), 2048));
+//     std::memcpy(b.bytes.data() + row * 2048, rec.data(), std::min<std::size_t>(rec.size(),
+//     2048));
 //   };
 //   hone::data::loader ld(ds, rows{}, collate, {.batch_size = 64, .threads = 2, .seed = 7},
 //                         hone::data::shuffled_sampler{});
@@ -90,11 +91,11 @@ struct loader_options {
 struct batch_info {
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
-  std::uint64_t index = 0;           // first_position / (batch_size * world): its place in the epoch
-  std::uint64_t first_position = 0;  // the epoch position of its first sample
-  std::size_t rows = 0;              // real rows (samples read)
-  std::size_t padded_rows = 0;       // rows written, padding included (batch_size with pad)
-  std::size_t skipped = 0;           // bad records left out of it (on_bad_record::skip)
+  std::uint64_t index = 0;  // first_position / (batch_size * world): its place in the epoch
+  std::uint64_t first_position = 0;        // the epoch position of its first sample
+  std::size_t rows = 0;                    // real rows (samples read)
+  std::size_t padded_rows = 0;             // rows written, padding included (batch_size with pad)
+  std::size_t skipped = 0;                 // bad records left out of it (on_bad_record::skip)
   std::span<const std::uint64_t> indices;  // each real row's sample index
 
   /// The batch's own generator: a pure function of (seed, epoch, first_position, stream), the
@@ -189,8 +190,8 @@ class loader {
     if (options_.threads > 0) {
       // oneTBB starts at most max_allowed_parallelism - 1 workers (the hardware threads minus
       // one unless a tbb::global_control says otherwise): asking for more only prints a warning.
-      const std::size_t limit = tbb::global_control::active_value(
-          tbb::global_control::max_allowed_parallelism);
+      const std::size_t limit =
+          tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
       const std::size_t workers = std::min(options_.threads, limit > 1 ? limit - 1 : 1);
       arena_.emplace(static_cast<int>(workers), 0);
     }
@@ -208,8 +209,9 @@ class loader {
     done_.wait(lock, [&] { return pending_ == 0; });
   }
 
-  /// A transform run on every batch after collate, on the filling thread; its generator is
-  /// info.rng(). Set it before the first next().
+  /// A transform run on every batch after collate, on the filling thread (several threads may
+  /// run it at once, on different batches); its generator is info.rng(). Set it before the first
+  /// next().
   void set_transform(transform_type t) {
     require_not_started("set_transform");
     transform_ = std::move(t);
@@ -336,8 +338,8 @@ class loader {
     sampler_.epoch_order(ds_.size(), state_.seed, epoch, p->order);
     p->slice = sampler_slice(sampler_, p->order.size(), begin);
     const std::uint64_t b = options_.batch_size;
-    p->batches = options_.last == last_batch::drop ? p->slice.count / b
-                                                   : (p->slice.count + b - 1) / b;
+    p->batches =
+        options_.last == last_batch::drop ? p->slice.count / b : (p->slice.count + b - 1) / b;
     return p;
   }
 
@@ -426,8 +428,7 @@ class loader {
     }
   }
 
-  [[nodiscard]] std::string where(std::uint64_t index, std::uint64_t epoch,
-                                  std::uint64_t position,
+  [[nodiscard]] std::string where(std::uint64_t index, std::uint64_t epoch, std::uint64_t position,
                                   std::optional<std::uint64_t>& offset) const {
     std::string w = "sample " + std::to_string(index) + " (epoch " + std::to_string(epoch) +
                     ", position " + std::to_string(position) + " of the epoch's order";
@@ -438,8 +439,8 @@ class loader {
       if (index < ds_.size()) {
         try {
           offset = ds_.offset(static_cast<std::size_t>(index));
-          w += "; the record at byte " + std::to_string(*offset) + " of '" +
-               ds_.path().string() + "'";
+          w += "; the record at byte " + std::to_string(*offset) + " of '" + ds_.path().string() +
+               "'";
         } catch (...) {  // no offset to tell: the message goes without it
         }
       }
@@ -492,11 +493,11 @@ class loader {
         }
         std::optional<std::uint64_t> offset;
         const std::string w = where(index, p.epoch, position, offset);
-        sl.error = std::make_exception_ptr(sample_error(
-            "hone::data::loader: " + w + " could not be read or collated: " + cause +
-                ". Fix or remove the record, or set loader_options::bad_records = "
-                "hone::data::on_bad_record::skip to skip bad records and count them",
-            index, p.epoch, position, offset));
+        sl.error = std::make_exception_ptr(
+            sample_error("hone::data::loader: " + w + " could not be read or collated: " + cause +
+                             ". Fix or remove the record, or set loader_options::bad_records = "
+                             "hone::data::on_bad_record::skip to skip bad records and count them",
+                         index, p.epoch, position, offset));
         return;
       }
     }
@@ -513,9 +514,8 @@ class loader {
     } catch (...) {
       sl.error = std::make_exception_ptr(sample_error(
           "hone::data::loader: batch " + std::to_string(info.index) + " of epoch " +
-              std::to_string(p.epoch) + " (first position " +
-              std::to_string(info.first_position) + ") failed in padding or the transform: " +
-              message_of(std::current_exception()),
+              std::to_string(p.epoch) + " (first position " + std::to_string(info.first_position) +
+              ") failed in padding or the transform: " + message_of(std::current_exception()),
           sl.indices[0], p.epoch, info.first_position, std::nullopt));
     }
   }

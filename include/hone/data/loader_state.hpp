@@ -35,12 +35,12 @@ namespace data {
 /// A loader's resume state (header comment). A loader's state() after a batch counts that batch
 /// as consumed: save it after the step that used the batch.
 struct loader_state {
-  std::uint64_t seed = 0;          // the seed of every random choice
-  std::uint64_t epoch = 0;         // the epoch being read
-  std::uint64_t position = 0;      // entries of the epoch's order consumed (all ranks together)
-  std::uint64_t skipped = 0;       // bad records skipped so far (on_bad_record::skip)
-  std::uint64_t dataset_size = 0;  // checked on restore: the same dataset
-  std::string sampler;             // the sampler's name(): checked on restore
+  std::uint64_t seed = 0;             // the seed of every random choice
+  std::uint64_t epoch = 0;            // the epoch being read
+  std::uint64_t position = 0;         // entries of the epoch's order consumed (all ranks together)
+  std::uint64_t skipped = 0;          // bad records skipped so far (on_bad_record::skip)
+  std::uint64_t dataset_size = 0;     // checked on restore: the same dataset
+  std::string sampler;                // the sampler's name(): checked on restore
   std::string rng{sampler_rng_name};  // the generator: checked on restore
 
   friend bool operator==(const loader_state&, const loader_state&) = default;
@@ -119,11 +119,7 @@ class sample_error : public error {
  public:
   sample_error(const std::string& what, std::uint64_t index, std::uint64_t epoch,
                std::uint64_t position, std::optional<std::uint64_t> file_offset)
-      : error(what),
-        index_(index),
-        epoch_(epoch),
-        position_(position),
-        file_offset_(file_offset) {}
+      : error(what), index_(index), epoch_(epoch), position_(position), file_offset_(file_offset) {}
   /// The sample's index in the dataset.
   [[nodiscard]] std::uint64_t index() const noexcept { return index_; }
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
@@ -139,7 +135,7 @@ class sample_error : public error {
 
 /// One bad record skipped under on_bad_record::skip.
 struct skipped_record {
-  std::uint64_t index = 0;     // the sample's index in the dataset
+  std::uint64_t index = 0;  // the sample's index in the dataset
   std::uint64_t epoch = 0;
   std::uint64_t position = 0;  // its position in the epoch's order
   std::string message;         // what the dataset or collate function threw

@@ -77,8 +77,8 @@ inline constexpr std::uint64_t stream_batch = 3;
 
 /// The generator of one epoch's (or batch's) random choices: xoshiro256++ seeded from
 /// detail::key(seed, stream, a, b). A pure function of its arguments.
-[[nodiscard]] inline replay_rng keyed_rng(std::uint64_t seed, std::uint64_t stream,
-                                          std::uint64_t a, std::uint64_t b = 0) noexcept {
+[[nodiscard]] inline replay_rng keyed_rng(std::uint64_t seed, std::uint64_t stream, std::uint64_t a,
+                                          std::uint64_t b = 0) noexcept {
   return replay_rng(detail::key(seed, stream, a, b));
 }
 
@@ -97,7 +97,9 @@ concept sampler = std::is_object_v<S> && std::copy_constructible<S> &&
 template <class S>
 consteval bool check_sampler() {
   if constexpr (!requires(const S& s, std::size_t n, std::uint64_t seed, std::uint64_t epoch,
-                          std::vector<std::uint64_t>& out) { s.epoch_order(n, seed, epoch, out); }) {
+                          std::vector<std::uint64_t>& out) {
+                  s.epoch_order(n, seed, epoch, out);
+                }) {
     static_assert(sampler<S>,
                   "hone::data::sampler: this type has no const member function "
                   "epoch_order(std::size_t n, std::uint64_t seed, std::uint64_t epoch, "
@@ -302,7 +304,11 @@ class distributed_sampler {
 /// The share a sampler reads: for a distributed_sampler its rank's, else everything (rank 0 of 1).
 template <class S>
 [[nodiscard]] rank_slice sampler_slice(const S& s, std::uint64_t m, std::uint64_t begin) noexcept {
-  if constexpr (requires { s.rank(); s.world(); s.tail_policy(); }) {
+  if constexpr (requires {
+                  s.rank();
+                  s.world();
+                  s.tail_policy();
+                }) {
     return slice_of(m, begin, s.rank(), s.world(), s.tail_policy());
   } else {
     return slice_of(m, begin, 0, 1, tail::pad);
