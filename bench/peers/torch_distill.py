@@ -11,6 +11,10 @@ two lines):
                + (1 - alpha) * F.cross_entropy(s, y)
         loss.backward()   (s.grad set to None before each call, so it is written, not summed)
 
+  sparse24_linear_m<M>_k<K>_n<N>
+      F.linear(X, W) with X [M, K] and the dense 2:4-pruned W [N, K] (the two largest magnitudes of
+      every group of 4 kept; torch's dense GEMM does not use the zeros), under torch.no_grad().
+
 Logits uniform in [-8, 8] (as hone's), fp32, on the CPU with --threads threads. Writes results in
 the results.json format; when torch cannot be imported the workloads are reported unavailable.
 
@@ -27,7 +31,8 @@ import _common  # noqa: E402
 
 TEMPERATURE = 2.0
 ALPHA = 0.5
-WORKLOADS = ("distill_loss_b256_c32000", "distill_loss_b32_c1000")
+WORKLOADS = ("distill_loss_b256_c32000", "distill_loss_b32_c1000",
+             "sparse24_linear_m64_k4096_n4096", "sparse24_linear_m1_k4096_n4096")
 
 
 def main(argv: list[str]) -> int:
@@ -39,7 +44,32 @@ def main(argv: list[str]) -> int:
     import torch.nn.functional as F  # noqa: N812, PLC0415
     dev, sync = _common.torch_device(torch, args.threads)
 
+    def setup_linear(w: str) -> _common.Bench:
+        m, k, n = _common.read_sizes(args.sizes_dir, w, "bench_compress")
+        gen = torch.Generator().manual_seed(2)
+        x = torch.randn(m, k, generator=gen)
+        weight = torch.randn(n, k, generator=gen)
+        groups = weight.view(n, k // 4, 4)
+        keep = groups.abs().topk(2, dim=2).indices
+        mask = torch.zeros_like(groups).scatter_(2, keep, 1.0)
+        weight = (groups * mask).view(n, k)
+
+        def step():
+            with torch.no_grad():
+                return F.linear(x, weight)
+
+        step()
+
+        def record(times: list[float]) -> dict:
+            return _common.time_ms(w, "torch", times, torch.get_num_threads(),
+                                   peer=f"torch {torch.__version__}",
+                                   what="F.linear(X, W) with the dense 2:4-pruned W")
+
+        return _common.Bench(_common.repeat(step, args.min_time, sync), record)
+
     def setup(w: str) -> _common.Bench:
+        if w.startswith("sparse24_"):
+            return setup_linear(w)
         batch, classes = _common.read_sizes(args.sizes_dir, w, "bench_compress")
         gen = torch.Generator().manual_seed(1)
         s = (torch.rand(batch, classes, generator=gen) * 16 - 8).requires_grad_(True)

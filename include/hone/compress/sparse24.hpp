@@ -217,6 +217,10 @@ inline void sparse24_matmul(const sparse24_matrix& w, std::span<const float> x, 
                    " values and Y " + std::to_string(y.size()) + " for m = " + std::to_string(m) +
                    " rows and a [" + std::to_string(w.rows()) + ", " + std::to_string(w.cols()) +
                    "] matrix: X needs m * cols values, Y m * rows (m > 0).");
+  if (m == 1) {  // one input: the matrix-vector product (no transpose, no axpys of length 1)
+    sparse24_matvec(w, x, y);
+    return;
+  }
   const std::size_t k = w.cols(), n = w.rows(), half = k / 2, groups = k / 4;
   // X^T [k, m]: column j of X as one contiguous row, so each kept weight is one axpy over m.
   std::vector<float> xt(k * m);
