@@ -28,11 +28,40 @@
 #include "hone/core/config.hpp"
 #include "hone/profile/detail/buffer.hpp"
 
+// NVTX (docs/profile.md, "NVTX"): with HONE_PROFILE_NVTX defined for the whole program, every zone
+// is also an NVTX range in the domain "hone", so Nsight Systems shows hone's zones (and the
+// trainer's phases) on its timeline beside the CUDA work. NVTX3 is header-only and ships with the
+// CUDA toolkit (CMake: link CUDA::nvtx3 for its include directory); without a tool attached a
+// range costs a call through a null-checked function pointer.
+#if defined(HONE_PROFILE_NVTX) && !defined(HONE_PROFILE_DISABLED)
+#include <nvtx3/nvToolsExt.h>
+#define HONE_PROFILE_WITH_NVTX 1
+#else
+#define HONE_PROFILE_WITH_NVTX 0
+#endif
+
 HONE_NAMESPACE_BEGIN
 namespace profile {
 
 namespace detail {
 inline std::atomic<bool> enabled_flag{false};
+
+#if HONE_PROFILE_WITH_NVTX
+/// hone's NVTX domain, created on first use.
+inline nvtxDomainHandle_t nvtx_domain() noexcept {
+  static const nvtxDomainHandle_t d = nvtxDomainCreateA("hone");
+  return d;
+}
+inline void nvtx_push(const char* name) noexcept {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name;
+  nvtxDomainRangePushEx(nvtx_domain(), &a);
+}
+inline void nvtx_pop() noexcept { nvtxDomainRangePop(nvtx_domain()); }
+#endif
 }  // namespace detail
 
 /// Whether zones, counters and flows are being recorded (one relaxed load).
@@ -70,15 +99,23 @@ inline void set_thread_name(std::string_view name) {
 
 /// Begins a zone on the calling thread; end it with end_zone() on the same thread, innermost
 /// first. For zones that cannot be a scope (a step observer's phases); HONE_ZONE is the usual
-/// form. Returns whether the begin was recorded (pass it to end_zone).
+/// form. Returns whether the begin was recorded (pass it to end_zone). With HONE_PROFILE_NVTX
+/// it also pushes an NVTX range, whether hone's recording is on or not (end_zone pops it).
 HONE_FORCEINLINE bool begin_zone(const char* name) noexcept {
+#if HONE_PROFILE_WITH_NVTX
+  detail::nvtx_push(name);
+#endif
   if (!enabled()) return false;
   detail::record(event_kind::begin, name, 0);
   return true;
 }
-/// Ends the zone begun by begin_zone(name) when `begun` (its result) is true.
+/// Ends the zone begun by begin_zone(name) when `begun` (its result) is true (and pops its NVTX
+/// range in any case, with HONE_PROFILE_NVTX).
 HONE_FORCEINLINE void end_zone(const char* name, bool begun = true) noexcept {
   if (begun) detail::record(event_kind::end, name, 0);
+#if HONE_PROFILE_WITH_NVTX
+  detail::nvtx_pop();
+#endif
 }
 
 /// Records a counter's value (a track of its own in traces, one per name).
