@@ -9,3 +9,4 @@
 #include "hone/compress/prune.hpp"
 #include "hone/compress/prune_checkpoint.hpp"
 #include "hone/compress/sparse24.hpp"
+#include "hone/compress/structured.hpp"
