@@ -2,7 +2,8 @@
 // Lines) with a saved offset index of 8 bytes per record, and Megatron-LM's .bin/.idx indexed
 // dataset layout, read and written byte for byte, the dataset concept a user's own type plugs
 // in through, samplers, and the loader that assembles batches on oneTBB threads with exact
-// mid-epoch resume (docs/data.md).
+// mid-epoch resume, and sharded record files of independently decodable zstd frames
+// (docs/data.md).
 #pragma once
 
 #include "hone/data/dataset.hpp"
@@ -11,3 +12,5 @@
 #include "hone/data/loader_state.hpp"
 #include "hone/data/megatron.hpp"
 #include "hone/data/sampler.hpp"
+#include "hone/data/shard.hpp"
+#include "hone/data/shard_format.hpp"
