@@ -21,6 +21,7 @@
 #include "hone/checkpoint/safetensors.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
+#include "hone/checkpoint/tensor_writer.hpp"
 #include "hone/checkpoint/trainer_checkpoint.hpp"
 #include "hone/checkpoint/verify.hpp"
 #include "hone/checkpoint/writer.hpp"

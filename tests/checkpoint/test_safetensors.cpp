@@ -22,6 +22,7 @@
 
 #include <hone/checkpoint/safetensors.hpp>
 #include <hone/core/bfloat16.hpp>
+#include <hone/checkpoint/compress.hpp>
 #include <hone/checkpoint/tensor_file.hpp>
 #include <hone/core/arena.hpp>
 #include <hone/core/model.hpp>
@@ -198,6 +199,58 @@ BOOST_AUTO_TEST_CASE(large_tensors_of_an_opened_file_read_as_from_the_bytes) {
   // A destination of the wrong size is refused before anything is read.
   std::vector<float> short_out(big_n - 1);
   BOOST_CHECK_THROW(f.read(f.at("big"), std::as_writable_bytes(std::span(short_out))),
+                    hone::config_error);
+}
+
+BOOST_AUTO_TEST_CASE(gathered_tensors_write_the_bytes_of_contiguous_ones) {
+  // A gathered tensor (rows produced by a callback, as a replay buffer's packed records are) is
+  // written byte for byte like the same tensor added from contiguous memory: plain and compressed,
+  // rows larger than the 1 MiB piece and smaller, and read_stored's unaligned ranges.
+  temp_dir dir;
+  const std::vector<float> rows_small = pattern<float>(3000 * 7, 31);  // 28-byte rows
+  const std::vector<float> rows_big = pattern<float>(3 * 300000, 32);  // rows of 1.2 MB
+  const std::vector<std::uint16_t> halves = pattern<std::uint16_t>(50 * 3, 33);
+  std::size_t calls = 0;
+  auto gather_from = [&calls](std::span<const std::byte> src, std::uint64_t row_bytes) {
+    return [src, row_bytes, &calls](std::uint64_t first, std::uint64_t rows,
+                                    std::span<std::byte> out) {
+      ++calls;
+      BOOST_REQUIRE(out.size() == rows * row_bytes);
+      std::memcpy(out.data(), src.data() + first * row_bytes, out.size());
+    };
+  };
+  ck::tensor_writer contiguous, gathered;
+  contiguous.add("small", {3000, 7}, rows_small);
+  contiguous.add("big", {3, 300000}, rows_big);
+  contiguous.add("half", io::dtype::f16, {50, 3}, std::as_bytes(std::span(halves)));
+  gathered.add_gathered("small", io::dtype::f32, {3000, 7},
+                        gather_from(std::as_bytes(std::span(rows_small)), 28));
+  gathered.add_gathered("big", io::dtype::f32, {3, 300000},
+                        gather_from(std::as_bytes(std::span(rows_big)), 1200000));
+  gathered.add_gathered("half", io::dtype::f16, {50, 3},
+                        gather_from(std::as_bytes(std::span(halves)), 6));
+  BOOST_TEST(gathered.file_size() == contiguous.file_size());
+  const bytes want = contiguous.to_bytes();
+  BOOST_TEST((gathered.to_bytes() == want));
+  BOOST_TEST(calls > 3u);  // several pieces of the small-row tensor
+  const auto d = gathered.write(dir / "g.safetensors");
+  BOOST_TEST((d == contiguous.write(dir / "c.safetensors")));
+  // Compressed: the compressed writer reads chunks at offsets that are not row boundaries.
+  const auto gc = ck::write_compressed(gathered, dir / "g.hcz", {});
+  const auto cc = ck::write_compressed(contiguous, dir / "c.hcz", {});
+  BOOST_TEST((gc == cc));
+  // read_stored of an unaligned range (inside a row, across rows).
+  std::vector<std::byte> a(100), b(100);
+  for (const std::uint64_t off : {0u, 4u, 24u, 28u, 1000u}) {
+    gathered.read_stored(0, off, a);  // "small" is entries()[0]
+    contiguous.read_stored(0, off, b);
+    BOOST_TEST((a == b), "offset " << off);
+  }
+  // The checks of add(), and the gather function's own.
+  BOOST_CHECK_THROW(gathered.add_gathered("small", io::dtype::f32, {1}, gather_from({}, 4)),
+                    hone::config_error);
+  BOOST_CHECK_THROW(gathered.add_gathered("none", io::dtype::f32, {2}, {}), hone::config_error);
+  BOOST_CHECK_THROW(gathered.add_gathered("scalar", io::dtype::f32, {}, gather_from({}, 4)),
                     hone::config_error);
 }
 

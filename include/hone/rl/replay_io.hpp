@@ -51,7 +51,7 @@
 //   either (hone::ring_storage <-> hone::packed_storage). Columns (ring_storage) are written
 //   straight from the storage's arrays (for_each_array) and read back into them. Packed records
 //   (packed_storage) have no per-field arrays: the save gathers each field out of the records
-//   into one reused staging buffer of at most 1 MiB (detail::replay_staging_bytes; one item of
+//   into the tensor writer's reused staging buffer of about 1 MiB (whole items; one item of
 //   the largest field if that is larger), writes it and gathers the next piece, so its temporary
 //   memory is that buffer, not a copy of the data; the load scatters each tensor from the mapped
 //   file into the records (a compressed columns file, which save never writes, costs one
@@ -220,59 +220,27 @@ inline replay_saved_state parse_replay_state(const std::filesystem::path& path) 
   return out;
 }
 
-// The largest staging piece of a save from a storage without per-field arrays (packed records):
-// each field is gathered out of the records into one reused buffer of at most this many bytes
-// (rounded down to whole items; one item when an item is larger), written, and gathered again.
-inline constexpr std::size_t replay_staging_bytes = std::size_t{1} << 20;
-
 // Writes columns.safetensors of a buffer whose storage has no per-field arrays: byte for byte the
-// file the column path writes (a checkpoint::tensor_writer with the fields added in order, file
-// order by element size, largest first, then as added), the data gathered field by field through
-// Buffer::read_field in pieces of at most replay_staging_bytes. Returns its size and XXH3-128.
+// file the column path writes (a checkpoint::tensor_writer with the fields added in order), each
+// field added with add_gathered, so the writer gathers its rows out of the records through
+// Buffer::read_field into its own staging buffer (about 1 MiB of whole rows) while it writes.
+// Returns its size and XXH3-128.
 template <class Buffer>
 io::file_digest write_gathered_columns(const Buffer& buffer,
                                        const std::vector<replay_field_desc>& fields,
                                        const std::filesystem::path& path) {
   const std::uint64_t capacity = buffer.capacity();
-  std::vector<checkpoint::tensor_info> infos;
-  std::vector<std::size_t> field_of;  // file position -> field index
-  for (std::size_t i = 0; i < fields.size(); ++i) field_of.push_back(i);
-  std::stable_sort(field_of.begin(), field_of.end(), [&](std::size_t a, std::size_t b) {
-    return io::dtype_size(fields[a].type) > io::dtype_size(fields[b].type);
-  });
-  std::uint64_t offset = 0;
-  std::size_t largest = 0;
-  for (const std::size_t i : field_of) {
+  checkpoint::tensor_writer columns;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
     const replay_field_desc& f = fields[i];
-    // The name checks of checkpoint::tensor_writer::add (the field names are the tensor names).
-    HONE_REQUIRE(!f.name.empty() && f.name != "__metadata__" && io::json::is_valid_utf8(f.name),
-                 "hone::save_replay_buffer: the field name '" + f.name +
-                     "' cannot name a safetensors tensor (empty, \"__metadata__\" or not UTF-8); "
-                     "rename the field");
     checkpoint::shape_type shape{capacity};
     shape.insert(shape.end(), f.shape.begin(), f.shape.end());
-    const std::size_t item = Buffer::field_bytes(i);
-    largest = std::max(largest, item);
-    const std::uint64_t bytes = capacity * item;
-    infos.push_back({f.name, f.type, std::move(shape), offset, offset + bytes});
-    offset += bytes;
+    columns.add_gathered(f.name, f.type, std::move(shape),
+                         [&buffer, i](std::uint64_t first, std::uint64_t, std::span<std::byte> out) {
+                           buffer.read_field(i, static_cast<std::size_t>(first), out);
+                         });
   }
-  const std::string prefix = checkpoint::detail::safetensors_prefix(infos, {});
-  std::vector<std::byte> staging(std::max(replay_staging_bytes / largest * largest, largest));
-  io::output_file out(path);
-  out.write(std::string_view(prefix));
-  for (const std::size_t i : field_of) {
-    const std::size_t item = Buffer::field_bytes(i);
-    const std::size_t per_piece = staging.size() / item;
-    for (std::uint64_t first = 0; first < capacity; first += per_piece) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(per_piece, capacity - first));
-      const std::span<std::byte> piece = std::span(staging).first(n * item);
-      buffer.read_field(i, static_cast<std::size_t>(first), piece);
-      out.write(std::span<const std::byte>(piece));
-    }
-  }
-  out.sync();
-  return out.close();
+  return checkpoint::write_tensors(columns, path);
 }
 
 // Moves the finished temporary directory into place (see the top of this file): the checkpoint
