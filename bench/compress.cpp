@@ -17,6 +17,13 @@
 //                             dense dot product per row, as the matvec the 2:4 kernel then runs). Peer:
 //                             torch_distill.py runs F.linear(X, W) with the dense pruned W (a BLAS
 //                             GEMM). X, W normal(0, 1), fixed seeds; sizes: M, K, N.
+//
+//   structured50_mlp_m64_d2048  two linear layers d -> d -> d (no bias, no activation) on M = 64
+//                             inputs, after hone::compress::prune_neurons(net, 0.5) removed half the
+//                             hidden neurons (W1 [1024, 2048], W2 [2048, 1024]; impl hone), against
+//                             the unpruned layers (hone_dense), both through dense_linear below (the
+//                             loops of the 2:4 kernel on dense rows). Peer: torch F.linear twice on
+//                             the pruned shapes. Sizes: M, d.
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -26,7 +33,9 @@
 #include <cstdint>
 #include <hone/compress/distill.hpp>
 #include <hone/compress/sparse24.hpp>
+#include <hone/compress/structured.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,6 +102,44 @@ struct linear_data {
   }
 };
 
+/// Y[m, n] = X[m, k] W^T for a dense W [n, k], with the loops of sparse24_matmul (X^T once, then
+/// one axpy per weight, output rows over oneTBB; one input: a dot product per row).
+void dense_linear(const float* w, std::size_t n, std::size_t k, const std::vector<float>& x,
+                  std::size_t m, std::vector<float>& y) {
+  if (m == 1) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 16),
+                      [&](const tbb::blocked_range<std::size_t>& rr) {
+                        for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
+                          const float* wr = w + r * k;
+                          float acc = 0.0f;
+                          for (std::size_t j = 0; j < k; j += 2) {
+                            acc += wr[j] * x[j] + wr[j + 1] * x[j + 1];
+                          }
+                          y[r] = acc;
+                        }
+                      });
+    return;
+  }
+  std::vector<float> xt(k * m);
+  for (std::size_t j = 0; j < k; ++j) {
+    for (std::size_t i = 0; i < m; ++i) xt[j * m + i] = x[i * k + j];
+  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4),
+                    [&](const tbb::blocked_range<std::size_t>& rr) {
+                      std::vector<float> acc(m);
+                      for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
+                        std::fill(acc.begin(), acc.end(), 0.0f);
+                        const float* wr = w + r * k;
+                        for (std::size_t j = 0; j < k; j += 2) {
+                          hone::compress::detail::sparse24_axpy2(acc.data(), wr[j], xt.data() + j * m,
+                                                                 wr[j + 1], xt.data() + (j + 1) * m,
+                                                                 m);
+                        }
+                        for (std::size_t i = 0; i < m; ++i) y[i * n + r] = acc[i];
+                      }
+                    });
+}
+
 void sparse24(benchmark::State& state, linear_case c, bool dense) {
   const linear_data d(c);
   std::vector<float> y(c.m * c.n);
@@ -103,41 +150,7 @@ void sparse24(benchmark::State& state, linear_case c, bool dense) {
       benchmark::ClobberMemory();
     }
   } else {
-    // The dense twin: X^T once, then one axpy per weight (four per group), rows over oneTBB.
-    auto run = [&] {
-      if (c.m == 1) {  // the dense matrix-vector product, as sparse24_matmul does for one input
-        tbb::parallel_for(tbb::blocked_range<std::size_t>(0, c.n, 16),
-                          [&](const tbb::blocked_range<std::size_t>& rr) {
-                            for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
-                              const float* wr = d.w.data() + r * c.k;
-                              float acc = 0.0f;
-                              for (std::size_t j = 0; j < c.k; j += 2) {
-                                acc += wr[j] * d.x[j] + wr[j + 1] * d.x[j + 1];
-                              }
-                              y[r] = acc;
-                            }
-                          });
-        return;
-      }
-      std::vector<float> xt(c.k * c.m);
-      for (std::size_t j = 0; j < c.k; ++j) {
-        for (std::size_t i = 0; i < c.m; ++i) xt[j * c.m + i] = d.x[i * c.k + j];
-      }
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, c.n, 4),
-                        [&](const tbb::blocked_range<std::size_t>& rr) {
-                          std::vector<float> acc(c.m);
-                          for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
-                            std::fill(acc.begin(), acc.end(), 0.0f);
-                            const float* wr = d.w.data() + r * c.k;
-                            for (std::size_t j = 0; j < c.k; j += 2) {
-                              hone::compress::detail::sparse24_axpy2(
-                                  acc.data(), wr[j], xt.data() + j * c.m, wr[j + 1],
-                                  xt.data() + (j + 1) * c.m, c.m);
-                            }
-                            for (std::size_t i = 0; i < c.m; ++i) y[i * c.n + r] = acc[i];
-                          }
-                        });
-    };
+    auto run = [&] { dense_linear(d.w.data(), c.n, c.k, d.x, c.m, y); };
     run();
     for (auto _ : state) {
       run();
@@ -149,7 +162,56 @@ void sparse24(benchmark::State& state, linear_case c, bool dense) {
   hone_bench::report_threads(state);
 }
 
+/// Two linear layers (d -> d -> d, no bias) as a model with one layer of neurons, for
+/// hone::compress::prune_neurons.
+struct two_linear {
+  std::size_t d, h;
+  std::vector<float> w1, w2;  // [h, d], [d, h]
+  std::size_t neuron_layer_count() const { return 1; }
+  hone::compress::neuron_layer_view neuron_layer(std::size_t) const { return {w1, h, d, w2, d}; }
+  void keep_neurons(std::size_t, std::span<const std::size_t> kept) {
+    w1 = hone::compress::keep_rows(w1, h, d, kept);
+    w2 = hone::compress::keep_cols(w2, d, h, kept);
+    h = kept.size();
+  }
+};
+
+constexpr std::size_t structured_m = 64, structured_d = 2048;
+
+const std::string& structured_name() {
+  static const std::string n = "structured50_mlp_m" + std::to_string(structured_m) + "_d" +
+                               std::to_string(structured_d);
+  return n;
+}
+
+void structured(benchmark::State& state, bool pruned) {
+  const std::size_t d = structured_d, m = structured_m;
+  two_linear net{d, d, std::vector<float>(d * d), std::vector<float>(d * d)};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : net.w1) v = nd(rng);
+  for (auto& v : net.w2) v = nd(rng);
+  std::vector<float> x(m * d);
+  for (auto& v : x) v = nd(rng);
+  if (pruned) hone::compress::prune_neurons(net, 0.5);
+  std::vector<float> hidden(m * net.h), y(m * d);
+  auto run = [&] {
+    dense_linear(net.w1.data(), net.h, d, x, m, hidden);
+    dense_linear(net.w2.data(), d, net.h, hidden, m, y);
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::ClobberMemory();
+  }
+  state.counters["hidden"] = static_cast<double>(net.h);
+  hone_bench::report_threads(state);
+}
+
 bool register_benchmarks() {
+  hone_bench::add(structured_name(), "hone", [](benchmark::State& s) { structured(s, true); });
+  hone_bench::add(structured_name(), "hone_dense",
+                  [](benchmark::State& s) { structured(s, false); });
   for (const linear_case& c : linear_cases()) {
     hone_bench::add(c.name(), "hone", [c](benchmark::State& s) { sparse24(s, c, false); });
     hone_bench::add(c.name(), "hone_dense", [c](benchmark::State& s) { sparse24(s, c, true); });
@@ -168,6 +230,9 @@ std::vector<hone_bench::workload_mix> mixes() {
   for (const linear_case& c : linear_cases()) {
     m.push_back({c.name(), [c] { return std::vector<std::size_t>{c.m, c.k, c.n}; }});
   }
+  m.push_back({structured_name(), [] {
+                 return std::vector<std::size_t>{structured_m, structured_d};
+               }});
   return m;
 }
 

@@ -15,6 +15,10 @@ two lines):
       F.linear(X, W) with X [M, K] and the dense 2:4-pruned W [N, K] (the two largest magnitudes of
       every group of 4 kept; torch's dense GEMM does not use the zeros), under torch.no_grad().
 
+  structured50_mlp_m<M>_d<d>
+      F.linear(F.linear(X, W1), W2) with the shapes prune_neurons(net, 0.5) leaves: W1 [d/2, d],
+      W2 [d, d/2] (the hidden layer halved), under torch.no_grad().
+
 Logits uniform in [-8, 8] (as hone's), fp32, on the CPU with --threads threads. Writes results in
 the results.json format; when torch cannot be imported the workloads are reported unavailable.
 
@@ -32,7 +36,8 @@ import _common  # noqa: E402
 TEMPERATURE = 2.0
 ALPHA = 0.5
 WORKLOADS = ("distill_loss_b256_c32000", "distill_loss_b32_c1000",
-             "sparse24_linear_m64_k4096_n4096", "sparse24_linear_m1_k4096_n4096")
+             "sparse24_linear_m64_k4096_n4096", "sparse24_linear_m1_k4096_n4096",
+             "structured50_mlp_m64_d2048")
 
 
 def main(argv: list[str]) -> int:
@@ -67,9 +72,31 @@ def main(argv: list[str]) -> int:
 
         return _common.Bench(_common.repeat(step, args.min_time, sync), record)
 
+    def setup_structured(w: str) -> _common.Bench:
+        m, d = _common.read_sizes(args.sizes_dir, w, "bench_compress")
+        gen = torch.Generator().manual_seed(5)
+        x = torch.randn(m, d, generator=gen)
+        w1 = torch.randn(d // 2, d, generator=gen)
+        w2 = torch.randn(d, d // 2, generator=gen)
+
+        def step():
+            with torch.no_grad():
+                return F.linear(F.linear(x, w1), w2)
+
+        step()
+
+        def record(times: list[float]) -> dict:
+            return _common.time_ms(w, "torch", times, torch.get_num_threads(),
+                                   peer=f"torch {torch.__version__}",
+                                   what="F.linear(F.linear(X, W1), W2), hidden layer halved")
+
+        return _common.Bench(_common.repeat(step, args.min_time, sync), record)
+
     def setup(w: str) -> _common.Bench:
         if w.startswith("sparse24_"):
             return setup_linear(w)
+        if w.startswith("structured50_"):
+            return setup_structured(w)
         batch, classes = _common.read_sizes(args.sizes_dir, w, "bench_compress")
         gen = torch.Generator().manual_seed(1)
         s = (torch.rand(batch, classes, generator=gen) * 16 - 8).requires_grad_(True)
