@@ -5,9 +5,16 @@
 # tests/checkpoint/corpus (make_corpus.cpp) once fixed.
 #   cmake [-DFUZZER=<fuzzer> | -DCLANGXX=<clang++> -DSOURCE=<fuzz_readers.cpp> -DINCLUDES=<a|b>
 #         -DLIBS=<a|b> [-DLAUNCHER=<ccache>]] -DWORK_DIR=<dir> -DCORPUS=<dir> -DSEEDS=<dir>
-#         -DSECONDS=<n> -P run_fuzz.cmake
+#         -DSECONDS=<n> [-DNAME=<target name> -DWHAT=<what it fuzzes>] -P run_fuzz.cmake
+# (tests/data reuses it for the shard reader with its own NAME, WHAT and directories.)
 # Prints HONE_FUZZ_SKIPPED (CTest's SKIP_REGULAR_EXPRESSION) when no clang++ was found.
 cmake_minimum_required(VERSION 3.25)
+if(NOT NAME)
+  set(NAME fuzz_readers)
+endif()
+if(NOT WHAT)
+  set(WHAT "the checkpoint readers")
+endif()
 
 file(MAKE_DIRECTORY "${WORK_DIR}")
 if(NOT FUZZER)
@@ -16,7 +23,7 @@ if(NOT FUZZER)
             "needs clang; on Debian: apt-get install clang libclang-rt-14-dev)")
     return()
   endif()
-  set(FUZZER "${WORK_DIR}/fuzz_readers")
+  set(FUZZER "${WORK_DIR}/${NAME}")
   string(REPLACE "|" ";" INCLUDES "${INCLUDES}")
   string(REPLACE "|" ";" LIBS "${LIBS}")
   set(_includes "")
@@ -46,4 +53,4 @@ if(NOT _rc EQUAL 0)
                       "${WORK_DIR} (crash-*, timeout-*, oom-*, leak-*); reproduce with "
                       "${FUZZER} <that file>")
 endif()
-message(STATUS "fuzzing the checkpoint readers for ${SECONDS} s found nothing")
+message(STATUS "fuzzing ${WHAT} for ${SECONDS} s found nothing")
