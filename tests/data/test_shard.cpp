@@ -3,19 +3,25 @@
 // in docs/data.md (plain ZSTD_decompress per frame, its own little-endian parsing); the frame and
 // shard cutting rules; random access decoding at most one frame; the empty set; and a damaged-shard
 // corpus (every truncation, every single-bit flip, a foreign file, hand-made index and footer
-// damage) refused with io::format_error sentences naming the file and the frame.
+// damage) refused with io::format_error sentences naming the file and the frame; four threads
+// sharing one dataset, and hone's loader over it on oneTBB threads.
 #define BOOST_TEST_MODULE hone_data_shard
 #include <zstd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <hone/data/dataset.hpp>
+#include <hone/data/loader.hpp>
+#include <hone/data/sampler.hpp>
 #include <hone/data/shard.hpp>
 #include <hone/io/file_io.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/temp_dir.hpp"
@@ -398,4 +404,55 @@ BOOST_AUTO_TEST_CASE(damage_sentences_name_the_file_and_the_frame) {
   io::write_file(p, on_disk);
   const auto f = data::shard_file::open(p);
   BOOST_TEST(error_of([&] { f.verify(); }).find("hone: shard '" + p.string() + "' frame 1 ") == 0);
+}
+
+BOOST_AUTO_TEST_CASE(threads_share_one_dataset_each_with_its_own_record) {
+  hone_test::temp_dir d("shard");
+  data::shard_options opt;
+  opt.frame_bytes = 300;
+  opt.shard_bytes = 2048;
+  std::vector<std::string> records;
+  std::mt19937_64 rng(3);
+  data::shard_writer w(d.path, "mt", opt);
+  for (int i = 0; i < 1500; ++i) {
+    records.push_back(random_record(rng, rng() % 120));
+    w.add(records.back());
+  }
+  (void)w.finish();
+  const data::shard_dataset ds(data::list_shards(d.path, "mt"));
+  BOOST_REQUIRE_EQUAL(ds.size(), records.size());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 r(100 + static_cast<unsigned>(t));
+      data::shard_record rec;
+      for (int k = 0; k < 3000; ++k) {
+        const std::size_t i = r() % records.size();
+        ds.get(i, rec);
+        if (rec.view() != records[i]) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  BOOST_TEST(wrong.load() == 0);
+
+  // Through hone's loader: shuffled batches on two oneTBB threads, each slot with its own record.
+  struct rows {
+    std::vector<std::string> text = std::vector<std::string>(16);
+  };
+  const auto collate = [](rows& b, std::size_t row, const data::shard_record& rec) {
+    b.text[row].assign(rec.view());
+  };
+  data::loader ld(ds, rows{}, collate, {.batch_size = 16, .threads = 2, .seed = 5},
+                  data::shuffled_sampler{});
+  std::vector<int> seen(records.size(), 0);
+  while (const auto* b = ld.next()) {
+    for (std::size_t k = 0; k < b->info.rows; ++k) {
+      const auto i = static_cast<std::size_t>(b->info.indices[k]);
+      BOOST_REQUIRE(b->data.text[k] == records[i]);
+      ++seen[i];
+    }
+  }
+  BOOST_TEST(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(records.size()));
 }
