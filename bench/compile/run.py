@@ -14,6 +14,13 @@ time includes waiting for a core).
   bench/compile/run.py                                   # this tree, 3 TUs, -O3 and -O2, 5 reps
   bench/compile/run.py --tree before=../hone-old --tree after=. --reps 7
   bench/compile/run.py --tu bench/compile/include_only.cpp --opt=-O3 --json out.json
+  bench/compile/run.py --tree before=../hone-old --tree after=. --compiled-tree compiled=.
+
+--compiled-tree measures a tree in hone's separate-compilation mode (the hone::compiled
+component, docs/install.md): it is installed with HONE_ENABLE_COMPILED=ON, its static library is
+built (Release, one job; timed --reps times from clean and reported on its own line, since a user
+pays it once per build of the library, not once per file), and the translation units are compiled
+with -DHONE_SEPARATE_COMPILATION, the definition hone::compiled gives its users.
 
 The translation units default to the ones next to this script, whatever tree is measured, so an
 older release can be measured with today's TUs.
@@ -37,21 +44,52 @@ DEFAULT_TUS = [os.path.join(HERE, t) for t in ("include_only.cpp", "include_core
                                                "trainer_three_precisions.cpp")]
 
 
-def install(name, src, work, cmake_args):
+def run_or_exit(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit("run.py: '%s' failed:\n%s" % (" ".join(cmd), r.stdout))
+
+
+def timed(cmd):
+    """Returns (wall seconds, cpu seconds of the command and the children it waited for)."""
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            log.seek(0)
+            sys.exit("run.py: '%s' failed:\n%s" % (" ".join(cmd),
+                                                    log.read().decode(errors="replace")))
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def install(name, src, work, cmake_args, compiled=False, reps=1):
+    """Installs a tree; returns (include dir, library build samples [(wall, cpu)] or [])."""
     build = os.path.join(work, "build-" + name)
     prefix = os.path.join(work, "prefix-" + name)
     # The tools are not built (only headers are measured); trees without that option ignore it.
     configure = ["cmake", "--no-warn-unused-cli", "-S", src, "-B", build,
                  "-DHONE_BUILD_TESTS=OFF", "-DHONE_BUILD_EXAMPLES=OFF", "-DHONE_BUILD_TOOLS=OFF",
                  "-DCMAKE_INSTALL_PREFIX=" + prefix] + cmake_args
-    for cmd in (configure, ["cmake", "--install", build]):
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if r.returncode != 0:
-            sys.exit("run.py: '%s' failed:\n%s" % (" ".join(cmd), r.stdout))
+    library = []
+    if compiled:
+        if not os.path.isdir(os.path.join(src, "src")):
+            sys.exit("run.py: %s has no separate-compilation mode (no src/)" % src)
+        configure += ["-DHONE_ENABLE_COMPILED=ON", "-DCMAKE_BUILD_TYPE=Release",
+                      "-DCMAKE_CXX_COMPILER_LAUNCHER="]  # no ccache: the build is timed
+    run_or_exit(configure)
+    if compiled:
+        for _ in range(reps):
+            run_or_exit(["cmake", "--build", build, "--target", "clean"])
+            library.append(timed(["cmake", "--build", build, "--target", "hone_compiled",
+                                  "-j", "1"]))
+    run_or_exit(["cmake", "--install", build])
     include = os.path.join(prefix, "include")
     if not os.path.isfile(os.path.join(include, "hone", "hone.hpp")):
         sys.exit("run.py: %s has no hone/hone.hpp after the install" % include)
-    return include
+    return include, library
 
 
 def compile_once(cxx, std, opt, include, tu, out, extra):
@@ -75,6 +113,9 @@ def main():
     ap.add_argument("--tree", action="append", metavar="NAME=SRC",
                     help="a hone source tree to install and measure (repeatable; the first is the "
                          "reference of the ratios); default: current=<this repository>")
+    ap.add_argument("--compiled-tree", action="append", default=[], metavar="NAME=SRC",
+                    help="a hone source tree measured in its separate-compilation mode "
+                         "(hone::compiled; repeatable, measured after the --tree ones)")
     ap.add_argument("--tu", action="append", metavar="FILE",
                     help="translation unit to compile (repeatable); default: include_only.cpp, "
                          "include_core.cpp and trainer_three_precisions.cpp next to this script")
@@ -92,11 +133,18 @@ def main():
     a = ap.parse_args()
 
     trees = []
-    for spec in a.tree or ["current=" + REPO]:
+    compiled = set()  # names of the trees measured in the separate-compilation mode
+    specs = [(s, False) for s in (a.tree or ["current=" + REPO])]
+    specs += [(s, True) for s in a.compiled_tree]
+    for spec, is_compiled in specs:
         name, sep, src = spec.partition("=")
         if not sep or not name or not os.path.isfile(os.path.join(src, "CMakeLists.txt")):
             sys.exit("run.py: --tree wants NAME=SRC with a hone source tree at SRC, got '%s'" % spec)
+        if name in dict(trees):
+            sys.exit("run.py: two trees are named '%s'" % name)
         trees.append((name, os.path.abspath(src)))
+        if is_compiled:
+            compiled.add(name)
     tus = [os.path.abspath(t) for t in (a.tu or DEFAULT_TUS)]
     opts = a.opt or ["-O3", "-O2"]
     if a.reps < 1:
@@ -105,7 +153,12 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="hone-compile-")
     os.makedirs(work, exist_ok=True)
     try:
-        includes = {name: install(name, src, work, a.cmake_arg) for name, src in trees}
+        includes, libraries = {}, {}
+        for name, src in trees:
+            includes[name], libraries[name] = install(name, src, work, a.cmake_arg,
+                                                      name in compiled, a.reps)
+        flags = {name: a.cxxflag + (["-DHONE_SEPARATE_COMPILATION"] if name in compiled else [])
+                 for name, _ in trees}
         out = os.path.join(work, "tu.o")
         version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
                                  text=True).stdout.splitlines()[0]
@@ -113,18 +166,27 @@ def main():
             datetime.datetime.now().isoformat(timespec="seconds"), version, platform.machine(),
             os.cpu_count(), " ".join("%.2f" % x for x in os.getloadavg())))
         for name, src in trees:
-            print("# %s: %s" % (name, src))
+            print("# %s: %s%s" % (name, src, " (separate compilation: hone::compiled)"
+                                   if name in compiled else ""))
+        for name, _ in trees:
+            if libraries[name]:
+                walls = [w for w, _ in libraries[name]]
+                cpus = [c for _, c in libraries[name]]
+                print("# %s: hone::compiled library build (Release, -j 1, from clean, %d reps): "
+                      "cpu median %.2f s, wall median %.2f s, min %.2f s; paid once per build of "
+                      "the library, not per file" % (name, len(cpus), statistics.median(cpus),
+                                                     statistics.median(walls), min(walls)))
         # One untimed compilation each, to warm the file cache.
         for name, _ in trees:
             for tu in tus:
-                compile_once(a.cxx, a.std, opts[0], includes[name], tu, out, a.cxxflag)
+                compile_once(a.cxx, a.std, opts[0], includes[name], tu, out, flags[name])
         samples = {}  # (tu, opt, tree) -> [(wall, cpu)]
         for rep in range(a.reps):
             order = trees if rep % 2 == 0 else list(reversed(trees))
             for tu in tus:
                 for opt in opts:
                     for name, _ in order:
-                        s = compile_once(a.cxx, a.std, opt, includes[name], tu, out, a.cxxflag)
+                        s = compile_once(a.cxx, a.std, opt, includes[name], tu, out, flags[name])
                         samples.setdefault((tu, opt, name), []).append(s)
             print("# rep %d/%d done, load %s" % (rep + 1, a.reps,
                   " ".join("%.2f" % x for x in os.getloadavg())), file=sys.stderr)
@@ -151,7 +213,9 @@ def main():
                     row["tu"], opt, name, med, row["min_s"], cpu, med / ref, cpu / ref_cpu))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"compiler": version, "reps": a.reps, "trees": dict(trees), "rows": summary},
+            json.dump({"compiler": version, "reps": a.reps, "trees": dict(trees),
+                       "compiled_trees": sorted(compiled), "rows": summary,
+                       "library_builds": {n: libraries[n] for n in libraries if libraries[n]}},
                       f, indent=1)
 
 
