@@ -322,7 +322,8 @@ BOOST_AUTO_TEST_CASE(phase_timer_zones_follow_the_trainers_phases) {
                   hone::accumulate::by_count{});
   static_assert(std::is_same_v<decltype(t)::observer_type, hp::phase_timer>);
   const std::vector<batch> mb = {make_batch(8, 6, 1), make_batch(5, 6, 2)};
-  for (int i = 0; i < 3; ++i) (void)t.step(std::span<const batch>(mb));
+  hone::step_report last;
+  for (int i = 0; i < 3; ++i) last = t.step(std::span<const batch>(mb));
   const auto r = drain(s.c);
   const strings one_step = {"B:step",
                             "B:checkpoint",
@@ -361,6 +362,20 @@ BOOST_AUTO_TEST_CASE(phase_timer_zones_follow_the_trainers_phases) {
     sum += pt.last_step_ns(p);
   }
   BOOST_TEST(sum <= pt.last_step_ns() * 1.0001);
+  // The step's report carries the same times (the trainer reads them from its observer).
+  for (std::size_t i = 0; i < hone::step_phase_count; ++i) {
+    const auto p = static_cast<hone::step_phase>(i);
+    BOOST_TEST(last.ns(p) == pt.last_step_ns(p), hone::to_string(p));
+  }
+  BOOST_TEST(last.ns(hone::step_phase::forward_backward) > 0.0);
+  BOOST_TEST(last.ns(hone::step_phase::reduce) == 0.0);
+  BOOST_TEST(last.step_ns == pt.last_step_ns());
+  // Without an observer that keeps times, the report's are 0.
+  linear<float> m2(6);
+  hone::trainer plain(m2, hone::sgd{}, hone::constant_lr{.base_lr = 0.05});
+  const hone::step_report q = plain.step(make_batch(8, 6, 1));
+  BOOST_TEST(q.step_ns == 0.0);
+  for (const double v : q.phase_ns) BOOST_TEST(v == 0.0);
   std::ostringstream os;
   pt.print_summary(os);
   const std::string table = os.str();

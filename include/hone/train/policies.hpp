@@ -5,12 +5,46 @@
 // its module).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "hone/core/config.hpp"
 #include "hone/core/roles.hpp"
 
 HONE_NAMESPACE_BEGIN
+
+/// The phases of one step, as a step observer sees them.
+enum class step_phase : std::uint8_t {
+  checkpoint,        ///< the checkpoint role's before_step / after_step (a save's stall)
+  forward_backward,  ///< the model's forward_backward of one micro-batch
+  unscale,           ///< unscaling and accumulating one micro-batch's gradients (+ norm, inf)
+  reduce,            ///< the gradient reduction role (with the norm recomputed after it)
+  check,             ///< the scaler's decision and the clipping coefficient
+  optimizer,         ///< the update and the cast back into the working weights
+};
+
+/// The name of a phase ("forward_backward", ...).
+constexpr const char* to_string(step_phase p) noexcept {
+  switch (p) {
+    case step_phase::checkpoint:
+      return "checkpoint";
+    case step_phase::forward_backward:
+      return "forward_backward";
+    case step_phase::unscale:
+      return "unscale";
+    case step_phase::reduce:
+      return "reduce";
+    case step_phase::check:
+      return "check";
+    case step_phase::optimizer:
+      return "optimizer";
+  }
+  return "unknown";
+}
+
+/// The number of step phases.
+inline constexpr std::size_t step_phase_count = 6;
 
 /// What one step did.
 struct step_report {
@@ -20,6 +54,16 @@ struct step_report {
   float loss_scale = 1.0f;  // scale the micro-batches ran with
   bool skipped = false;     // true when an inf/NaN gradient skipped the update
   std::uint64_t step = 0;   // applied updates after this step
+  /// Nanoseconds of each phase of this step (indexed by step_phase; a phase that runs once per
+  /// micro-batch is summed) and of the whole step, when the step observer keeps them
+  /// (hone::profile::phase_timer: its last_step_ns); 0 without such an observer. Filled after
+  /// the checkpoint role's after_step, so the report that role receives has them at 0.
+  std::array<double, step_phase_count> phase_ns{};
+  double step_ns = 0.0;
+  /// phase_ns of one phase.
+  [[nodiscard]] constexpr double ns(step_phase p) const noexcept {
+    return phase_ns[static_cast<std::size_t>(p)];
+  }
 };
 
 /// Role checkpoint, the default: no checkpoints. A checkpoint policy names an `engine` type built
@@ -86,35 +130,6 @@ struct no_early_stopping {
 struct no_weight_constraint {
   using role = roles::weight_constraint;
 };
-
-/// The phases of one step, as a step observer sees them.
-enum class step_phase : std::uint8_t {
-  checkpoint,        ///< the checkpoint role's before_step / after_step (a save's stall)
-  forward_backward,  ///< the model's forward_backward of one micro-batch
-  unscale,           ///< unscaling and accumulating one micro-batch's gradients (+ norm, inf)
-  reduce,            ///< the gradient reduction role (with the norm recomputed after it)
-  check,             ///< the scaler's decision and the clipping coefficient
-  optimizer,         ///< the update and the cast back into the working weights
-};
-
-/// The name of a phase ("forward_backward", ...).
-constexpr const char* to_string(step_phase p) noexcept {
-  switch (p) {
-    case step_phase::checkpoint:
-      return "checkpoint";
-    case step_phase::forward_backward:
-      return "forward_backward";
-    case step_phase::unscale:
-      return "unscale";
-    case step_phase::reduce:
-      return "reduce";
-    case step_phase::check:
-      return "check";
-    case step_phase::optimizer:
-      return "optimizer";
-  }
-  return "unknown";
-}
 
 /// Role step observer, the default: nobody is told, and the calls compile to nothing.
 ///

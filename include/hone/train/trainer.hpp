@@ -38,6 +38,8 @@
 #pragma once
 
 #include <array>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <tuple>
@@ -186,6 +188,17 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     });
     r.step = p_.step;
     observe(step_phase::checkpoint, [&] { checkpoint_.after_step(*this, r); });
+    if constexpr (requires(const observer_type& o) {
+                    { o.last_step_ns(step_phase::optimizer) } -> std::convertible_to<double>;
+                    { o.last_step_ns() } -> std::convertible_to<double>;
+                  }) {
+      // The observer closed the step with the after_step checkpoint phase: its times are this
+      // step's.
+      for (std::size_t i = 0; i < step_phase_count; ++i) {
+        r.phase_ns[i] = p_.observer.last_step_ns(static_cast<step_phase>(i));
+      }
+      r.step_ns = p_.observer.last_step_ns();
+    }
     return r;
   }
   template <class Batch>
