@@ -1,5 +1,6 @@
 // hone/serve.hpp: serving the user's model inside the user's process: the dynamic batcher
-// (docs/serve.md).
+// (docs/serve.md), and the prediction cache.
 #pragma once
 
 #include "hone/serve/batcher.hpp"
+#include "hone/serve/prediction_cache.hpp"
