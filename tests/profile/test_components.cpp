@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <hone/checkpoint/writer.hpp>
+#include <hone/data/loader.hpp>
 #include <hone/offload/optimizer_to_host.hpp>
 #include <hone/profile/collector.hpp>
 #include <hone/profile/zone.hpp>
@@ -228,6 +229,33 @@ BOOST_AUTO_TEST_CASE(batcher_zones_and_batch_size_counter) {
       BOOST_TEST(bg[i + 1] == "E:hone.serve.batch");
     }
   }
+}
+
+namespace {
+struct counting {  // sample i is i
+  [[nodiscard]] std::size_t size() const { return 10; }
+  [[nodiscard]] std::uint64_t get(std::size_t i) const { return i; }
+};
+struct rows {
+  std::vector<std::uint64_t> v;
+};
+struct put_row {
+  void operator()(rows& b, std::size_t row, std::uint64_t x) const { b.v.at(row) = x; }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(loader_zones_on_the_consumer) {
+  // threads = 0: the consumer fills every batch itself, inside next() and its wait.
+  const counting ds;
+  hone::data::loader l(ds, rows{std::vector<std::uint64_t>(4)}, put_row{},
+                       {.batch_size = 4, .threads = 0, .prefetch = 1});
+  session s;
+  const auto* b = l.next();
+  BOOST_TEST_REQUIRE(b != nullptr);
+  BOOST_TEST(b->info.rows == 4u);
+  const strings want = {"B:hone.data.next",  "B:hone.data.wait", "B:hone.data.batch",
+                        "E:hone.data.batch", "E:hone.data.wait", "E:hone.data.next"};
+  BOOST_TEST(drain(s.c).script(this_serial()) == want, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(threads_that_only_named_themselves_are_forgotten_when_they_exit) {

@@ -66,6 +66,7 @@
 #include "hone/data/dataset.hpp"
 #include "hone/data/loader_state.hpp"
 #include "hone/data/sampler.hpp"
+#include "hone/profile/zone.hpp"
 #include "hone/rl/rng.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -243,6 +244,7 @@ class loader {
   /// The next batch, or nullptr once when the epoch ends (the following call starts the next
   /// epoch). Throws the sample_error of a bad record under on_bad_record::stop.
   loaded_batch<Batch>* next() {
+    HONE_ZONE("hone.data.next");  // what the consumer waits for its batch (the loader wait)
     if (failure_) std::rethrow_exception(failure_);
     if (!started_) seed_for_workers_ = state_.seed;
     started_ = true;
@@ -393,6 +395,8 @@ class loader {
   // Waits until slot s is filled, filling queued batches on this thread meanwhile.
   void wait_ready(std::size_t s) {
     std::unique_lock lock(mutex_);
+    if (slots_[s]->state == slot_state::ready) return;
+    HONE_ZONE("hone.data.wait");  // the batch was not ready: fill queued ones, or wait
     while (slots_[s]->state != slot_state::ready) {
       std::optional<std::size_t> mine;
       for (const std::size_t q : queue_) {
@@ -461,6 +465,7 @@ class loader {
   // Fills slot `sl` with its batch (on a worker or the consumer): never throws, the error stays in
   // the slot.
   void fill(slot& sl) {
+    HONE_ZONE("hone.data.batch");  // reading, collating and transforming one batch
     const plan& p = *sl.source;
     const std::uint64_t b = options_.batch_size;
     const std::uint64_t first = sl.k * b;
