@@ -124,18 +124,26 @@ void dense_linear(const float* w, std::size_t n, std::size_t k, const std::vecto
   for (std::size_t j = 0; j < k; ++j) {
     for (std::size_t i = 0; i < m; ++i) xt[j * m + i] = x[i * k + j];
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4),
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 32),
                     [&](const tbb::blocked_range<std::size_t>& rr) {
-                      std::vector<float> acc(m);
-                      for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
-                        std::fill(acc.begin(), acc.end(), 0.0f);
-                        const float* wr = w + r * k;
-                        for (std::size_t j = 0; j < k; j += 2) {
-                          hone::compress::detail::sparse24_axpy2(acc.data(), wr[j], xt.data() + j * m,
-                                                                 wr[j + 1], xt.data() + (j + 1) * m,
-                                                                 m);
+                      // The cache blocking of sparse24_matmul: 256 columns of X at a time.
+                      constexpr std::size_t block = 256;
+                      const std::size_t r0 = rr.begin(), rows = rr.end() - rr.begin();
+                      std::vector<float> acc(rows * m, 0.0f);
+                      for (std::size_t jb = 0; jb < k; jb += block) {
+                        const std::size_t je = k - jb < block ? k : jb + block;
+                        for (std::size_t r = r0; r != rr.end(); ++r) {
+                          const float* wr = w + r * k;
+                          float* a = acc.data() + (r - r0) * m;
+                          for (std::size_t j = jb; j < je; j += 2) {
+                            hone::compress::detail::sparse24_axpy2(a, wr[j], xt.data() + j * m,
+                                                                   wr[j + 1],
+                                                                   xt.data() + (j + 1) * m, m);
+                          }
                         }
-                        for (std::size_t i = 0; i < m; ++i) y[i * n + r] = acc[i];
+                      }
+                      for (std::size_t r = r0; r != rr.end(); ++r) {
+                        for (std::size_t i = 0; i < m; ++i) y[i * n + r] = acc[(r - r0) * m + i];
                       }
                     });
 }

@@ -231,19 +231,29 @@ inline void sparse24_matmul(const sparse24_matrix& w, std::span<const float> x, 
                       }
                     });
   tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, n, 4), [&](const tbb::blocked_range<std::size_t>& rr) {
-        std::vector<float> acc(m);
-        for (std::size_t r = rr.begin(); r != rr.end(); ++r) {
-          const float* v = w.values().data() + r * half;
-          float* a = acc.data();
-          for (std::size_t i = 0; i < m; ++i) a[i] = 0.0f;
-          for (std::size_t g = 0; g < groups; ++g) {
-            const auto [i0, i1] = w.group_positions(r, g);
-            const float v0 = v[2 * g], v1 = v[2 * g + 1];
-            detail::sparse24_axpy2(a, v0, xt.data() + (4 * g + static_cast<std::size_t>(i0)) * m,
-                                   v1, xt.data() + (4 * g + static_cast<std::size_t>(i1)) * m, m);
+      tbb::blocked_range<std::size_t>(0, n, 32), [&](const tbb::blocked_range<std::size_t>& rr) {
+        // Cache blocking: the rows of a task sweep X^T one block of 64 groups (256 columns of X)
+        // at a time, so a block of X^T is read from cache by every row of the task instead of
+        // streaming all of X^T once per row. Each output still sums its groups in order.
+        constexpr std::size_t block = 64;
+        const std::size_t r0 = rr.begin(), rows = rr.end() - rr.begin();
+        std::vector<float> acc(rows * m, 0.0f);
+        for (std::size_t gb = 0; gb < groups; gb += block) {
+          const std::size_t ge = groups - gb < block ? groups : gb + block;
+          for (std::size_t r = r0; r != rr.end(); ++r) {
+            const float* v = w.values().data() + r * half;
+            float* a = acc.data() + (r - r0) * m;
+            for (std::size_t g = gb; g < ge; ++g) {
+              const auto [i0, i1] = w.group_positions(r, g);
+              detail::sparse24_axpy2(a, v[2 * g],
+                                     xt.data() + (4 * g + static_cast<std::size_t>(i0)) * m,
+                                     v[2 * g + 1],
+                                     xt.data() + (4 * g + static_cast<std::size_t>(i1)) * m, m);
+            }
           }
-          for (std::size_t i = 0; i < m; ++i) y[i * n + r] = a[i];
+        }
+        for (std::size_t r = r0; r != rr.end(); ++r) {
+          for (std::size_t i = 0; i < m; ++i) y[i * n + r] = acc[(r - r0) * m + i];
         }
       });
 }
