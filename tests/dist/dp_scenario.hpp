@@ -34,6 +34,10 @@ struct scenario {
   int poison_step = -1;  // at this step ...
   int poison_rank = -1;  // ... this rank's batch produces an inf gradient
   std::size_t rows = 8;  // per rank and step
+  // Uneven batches: rank r's batches hold rows + r * extra_rows_per_rank rows.
+  std::size_t extra_rows_per_rank = 0;
+  // data_parallel_options::weight_by_count (the ranks weighted by their sample counts).
+  bool weight_by_count = false;
 };
 
 /// What one step left: the master weights, the scaler's state and the report.
@@ -49,7 +53,8 @@ struct step_record {
 
 inline mlp_batch scenario_batch(const scenario& sc, int step, int rank) {
   mlp_batch b = make_mlp_batch(
-      sc.rows, 1000u * static_cast<unsigned>(step) + static_cast<unsigned>(rank) + 7u);
+      sc.rows + static_cast<std::size_t>(rank) * sc.extra_rows_per_rank,
+      1000u * static_cast<unsigned>(step) + static_cast<unsigned>(rank) + 7u);
   if (step == sc.poison_step && rank == sc.poison_rank)
     b.poison = std::numeric_limits<float>::infinity();
   return b;
@@ -81,7 +86,9 @@ step_record record(Trainer& t, const hone::step_report& r) {
 template <class Comm>
 std::vector<step_record> train_replica(Comm& comm, const scenario& sc) {
   mlp<hone::half> m;
-  auto t = scenario_trainer(m, hone::data_parallel(comm, scenario_buckets));
+  hone::data_parallel_options o = scenario_buckets;
+  o.weight_by_count = sc.weight_by_count;
+  auto t = scenario_trainer(m, hone::data_parallel(comm, o));
   std::vector<step_record> out;
   for (int s = 0; s < sc.steps; ++s) {
     const mlp_batch b = scenario_batch(sc, s, comm.rank());

@@ -351,6 +351,54 @@ BOOST_AUTO_TEST_CASE(thread_ranks_match_one_process_accumulating_their_batches) 
   }
 }
 
+BOOST_AUTO_TEST_CASE(uneven_ranks_weighted_by_count_match_one_process_over_every_sample) {
+  // Rank r's batches hold 8 + 5 r rows. Weighted by their sample counts the ranks give the
+  // gradient of the mean over every sample, which is what one process accumulating all the
+  // micro-batches by count computes; DDP's mean of per-rank means (the default) does not.
+  scenario sc{};
+  sc.extra_rows_per_rank = 5;
+  for (int n : {2, 3}) {
+    BOOST_TEST_CONTEXT("ranks " << n) {
+      const auto ref = train_reference(n, sc);
+      sc.weight_by_count = true;
+      const auto by_count = train_threads(n, sc);
+      sc.weight_by_count = false;
+      const auto by_rank = train_threads(n, sc);
+      check_ranks_agree(by_count);
+      double worst = 0, worst_ddp = 0;
+      for (std::size_t s = 0; s < ref.size(); ++s) {
+        BOOST_TEST(by_count[0][s].skipped == ref[s].skipped, "step " << s);
+        worst = std::max(worst, max_abs_diff(by_count[0][s].master, ref[s].master));
+        worst_ddp = std::max(worst_ddp, max_abs_diff(by_rank[0][s].master, ref[s].master));
+      }
+      BOOST_TEST_MESSAGE("ranks " << n << ": by count " << worst << ", DDP mean " << worst_ddp);
+      BOOST_TEST(worst <= 1e-6);
+      BOOST_TEST(worst_ddp > 100 * worst);  // the test tells the two weightings apart
+      BOOST_TEST(worst_ddp > 1e-5);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(weight_by_count_refuses_a_step_where_no_rank_has_a_sample) {
+  hd::local_comm comm;
+  hone::data_parallel dp(comm, {.weight_by_count = true});
+  BOOST_TEST(dp.count_share(12.0) == 1.0);
+  BOOST_CHECK_THROW((void)dp.count_share(0.0), hone::config_error);
+  BOOST_CHECK_THROW((void)dp.count_share(-1.0), hone::config_error);
+  BOOST_CHECK_THROW((void)dp.count_share(std::nan("")), hone::config_error);
+  // Without accumulation by count the trainer cannot count samples: a sentence, at the step.
+  mlp<hone::half> m;
+  hone::trainer t(m, hone::fp16_mixed<>{}, hone::adamw{}, hone::accumulate::none{},
+                  hone::data_parallel(comm, {.weight_by_count = true}));
+  try {
+    (void)t.step(make_mlp_batch(4, 1));
+    BOOST_FAIL("weight_by_count without accumulate::by_count must be refused");
+  } catch (const hone::config_error& e) {
+    BOOST_TEST(std::string(e.what()).find("accumulate::by_count") != std::string::npos,
+               e.what());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(an_inf_on_one_thread_rank_skips_the_step_on_every_rank) {
   scenario sc{};
   sc.poison_step = 6;

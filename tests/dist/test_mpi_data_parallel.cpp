@@ -101,6 +101,27 @@ BOOST_AUTO_TEST_CASE(every_rank_holds_the_same_bits_and_matches_one_process) {
   BOOST_TEST(max_abs_diff(run.back().master, run.front().master) > 1e-3);
 }
 
+BOOST_AUTO_TEST_CASE(uneven_ranks_weighted_by_count_match_one_process_over_every_sample) {
+  // Rank r's batches hold 8 + 5 r rows; with weight_by_count the ranks give the mean over every
+  // sample (one process accumulating them all by count), bit-identical on every rank.
+  auto c = make_comm();
+  scenario sc{};
+  sc.extra_rows_per_rank = 5;
+  sc.weight_by_count = true;
+  const auto run = train_replica(c, sc);
+  check_identical_on_every_rank(c, run);
+  const auto ref = train_reference(c.size(), sc);
+  double worst = 0;
+  for (std::size_t s = 0; s < ref.size(); ++s) {
+    BOOST_TEST(run[s].skipped == ref[s].skipped, "step " << s);
+    worst = std::max(worst, max_abs_diff(run[s].master, ref[s].master));
+  }
+  BOOST_TEST_MESSAGE("rank " << c.rank() << " of " << c.size()
+                             << ": uneven ranks by count, largest difference " << worst);
+  BOOST_TEST(worst <= 1e-6);
+  BOOST_TEST(max_abs_diff(run.back().master, run.front().master) > 1e-3);
+}
+
 BOOST_AUTO_TEST_CASE(two_runs_give_the_same_bits) {  // (c)
   auto c = make_comm();
   const scenario sc{};

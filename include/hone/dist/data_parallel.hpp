@@ -36,8 +36,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <utility>
@@ -61,6 +63,14 @@ struct data_parallel_options {
   /// Divide the summed gradients by the number of ranks (DDP's mean), so that N ranks each
   /// averaging their own batch give the gradient of the mean over the N batches.
   bool average = true;
+  /// Weight each rank by its share of the step's samples instead (with hone::accumulate::by_count):
+  /// ranks whose batches hold different numbers of samples (the last batch of an epoch, packed
+  /// sequences of different token counts) then give the gradient of the mean over every sample
+  /// of every rank, where DDP's mean of per-rank means weights a small batch's samples more. At
+  /// the start of each step the ranks all-reduce their sample counts (one collective of one
+  /// double); each rank's micro-batch weights become count / global count, and the reduction
+  /// sums (`average` is then ignored). The reported loss stays this rank's own mean.
+  bool weight_by_count = false;
 };
 
 namespace dist {
@@ -181,6 +191,27 @@ class data_parallel {
                      " ranks; a rank must be in [0, size()) and size() at least 1");
   }
 
+  /// With options().weight_by_count: all-reduces this rank's sample count for the step and returns
+  /// its share of the total (local / global), by which the trainer scales this rank's micro-batch
+  /// weights. Every rank calls it once per step, before reduce(). dist_error when the collective
+  /// fails; config_error when no rank holds a sample.
+  [[nodiscard]] double count_share(double local_count) {
+    HONE_REQUIRE(std::isfinite(local_count) && local_count >= 0.0,
+                 "hone::data_parallel: this rank's sample count is " +
+                     std::to_string(local_count) + "; it must be finite and >= 0");
+    double total = local_count;
+    try {
+      comm_->all_reduce(std::span<double>(&total, 1), dist::reduce_op::sum).wait();
+    } catch (const std::exception& e) {
+      throw dist_error("hone::data_parallel: step " + std::to_string(s_.reductions + 1) +
+                       ": the all_reduce of the sample counts failed: " + e.what());
+    }
+    HONE_REQUIRE(total > 0.0, "hone::data_parallel: no rank holds a sample in step " +
+                                  std::to_string(s_.reductions + 1) +
+                                  " (the global sample count is 0)");
+    return local_count / total;
+  }
+
   /// Sums (and with options().average, averages) `master_gradients` over the ranks, in place.
   /// Every rank must call it with an arena of the same size, once per step. Throws dist_error
   /// naming the step and bucket when a collective fails or times out (the reduction then stays
@@ -293,7 +324,7 @@ class data_parallel {
       const std::size_t block = p.count / n;
       if (s_.averaged == k) {
         guarded(k, "reduce_scatter", [&] { s_.scatters[k].wait(); });
-        if (options_.average && n > 1) {
+        if (options_.average && !options_.weight_by_count && n > 1) {
           const auto ranks_f = static_cast<float>(n);
           for (std::size_t i = 0; i < block; ++i) shard[i] /= ranks_f;
         }

@@ -139,6 +139,29 @@ class trainer : public detail::trainer_types<Model, Policies...> {
                   "calls after every applied update.");
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     const std::vector<float> weights = p_.accumulation.template weights<Batch>(micro_batches);
+    // The gradients' weights: the accumulation's, or (a reduction weighting ranks by their sample
+    // counts) each micro-batch's count over the count of every rank's batches.
+    std::vector<float> grad_weights = weights;
+    if constexpr (requires { p_.reduction.count_share(1.0); }) {
+      if (p_.reduction.options().weight_by_count) {
+        if constexpr (std::is_same_v<accumulation_type, accumulate::by_count>) {
+          double local = 0.0;
+          for (const Batch& b : micro_batches) {
+            local += static_cast<double>(batch_traits<Batch>::count(b));
+          }
+          const double share = observe(step_phase::reduce, [&] {
+            return p_.reduction.count_share(local);
+          });
+          for (float& w : grad_weights) w = static_cast<float>(static_cast<double>(w) * share);
+        } else {
+          throw config_error(
+              "hone::trainer: data_parallel_options::weight_by_count weights the ranks by their "
+              "sample counts, which needs hone::accumulate::by_count as the accumulation policy "
+              "(it counts the samples of each micro-batch); add hone::accumulate::by_count{} to "
+              "the trainer's policies or leave weight_by_count off");
+        }
+      }
+    }
     step_report r;
     r.loss_scale = p_.scaler.scale();
     r.lr = static_cast<float>(p_.schedule.lr(p_.step));
@@ -155,8 +178,9 @@ class trainer : public detail::trainer_types<Model, Policies...> {
             model_traits<Model>::forward_backward(*p_.model, micro_batches[i], r.loss_scale));
       });
       loss += static_cast<double>(weights[i]) * static_cast<double>(l);
-      observe(step_phase::unscale,
-              [&] { backend_.accumulate(p_, weights[i] * inv_scale, /*accumulate=*/i > 0); });
+      observe(step_phase::unscale, [&] {
+        backend_.accumulate(p_, grad_weights[i] * inv_scale, /*accumulate=*/i > 0);
+      });
     }
     r.loss = static_cast<float>(loss);
     if constexpr (types::reduces) {
