@@ -1,8 +1,8 @@
 // hone/data/shard.hpp: sharded record files (layout: hone/data/shard_format.hpp, docs/data.md).
 //
 //  - shard_writer packs records (byte strings) into shards `<name>-00000.hshard`, ... in a
-//    directory: records gather into frames of about `frame_bytes` uncompressed bytes (a record
-//    larger than that gets a frame of its own), each frame one independent zstd frame; a shard is
+//    directory: records gather into frames of about `frame_bytes` decoded bytes (a record larger
+//    than that gets a frame of its own), each frame one independent zstd frame; a shard is
 //    closed before it would exceed `shard_bytes`. Each shard appears atomically (written under a
 //    temporary name, fsynced, renamed into place, directory fsynced).
 //  - shard_file validates one shard when it opens it (header, footer and its checksum, index and
@@ -310,8 +310,7 @@ class shard_file {
             std::to_string(record));
       }
       if (e.records == 0 || e.records > e.decoded_bytes / 8 ||
-          e.decoded_bytes - 8 * e.records > max_shard_record_bytes ||
-          e.records > records_ - record) {
+          e.decoded_bytes > max_shard_record_bytes + 8 || e.records > records_ - record) {
         bad("gives " + std::to_string(e.records) + " records in " +
             std::to_string(e.decoded_bytes) + " decoded bytes, which is impossible");
       }
@@ -406,9 +405,10 @@ class shard_dataset {
 
 /// How shard_writer cuts records into frames and shards.
 struct shard_options {
-  /// Uncompressed record bytes per frame: a frame is closed once its records reach this; a record
-  /// that would push a non-empty frame past it starts the next frame; a larger record gets a frame
-  /// of its own. Smaller frames: cheaper random reads, a worse ratio.
+  /// Decoded bytes per frame (its records plus 8 bytes each for the record table): a frame is
+  /// closed once it reaches this; a record that would push a non-empty frame past it starts the
+  /// next frame; a larger record gets a frame of its own. So a decoded frame never exceeds
+  /// max(frame_bytes, 8 + its one record). Smaller frames: cheaper random reads, a worse ratio.
   std::size_t frame_bytes = std::size_t{64} << 10;
   /// A shard is closed before its file would grow past this (a frame larger than it still gets a
   /// shard of its own).
@@ -461,11 +461,11 @@ class shard_writer {
                  "hone::data::shard_writer::add: record " + std::to_string(records_added_) +
                      " has " + std::to_string(record.size()) + " bytes, more than the " +
                      std::to_string(max_shard_record_bytes) + " a shard record may have");
-    if (!ends_.empty() && data_.size() + record.size() > opt_.frame_bytes) flush_frame();
+    if (!ends_.empty() && fill() + record.size() + 8 > opt_.frame_bytes) flush_frame();
     data_.insert(data_.end(), record.begin(), record.end());
     ends_.push_back(data_.size());
     ++records_added_;
-    if (data_.size() >= opt_.frame_bytes) flush_frame();
+    if (fill() >= opt_.frame_bytes) flush_frame();
   }
   void add(std::string_view record) { add(std::as_bytes(std::span(record.data(), record.size()))); }
 
@@ -481,6 +481,8 @@ class shard_writer {
   [[nodiscard]] std::uint64_t records() const noexcept { return records_added_; }
 
  private:
+  /// Decoded bytes of the pending frame: its records and their 8-byte table entries.
+  std::size_t fill() const noexcept { return data_.size() + 8 * ends_.size(); }
   void require_open() const {
     HONE_REQUIRE(!finished_, "hone::data::shard_writer: finish() was called already");
   }

@@ -47,8 +47,8 @@ inline constexpr std::array<unsigned char, 8> shard_end_magic = {'H', 'R', 'S', 
 inline constexpr std::uint32_t shard_version = 1;
 /// The suffix of shard files.
 inline constexpr std::string_view shard_suffix = ".hshard";
-/// The largest record a writer accepts and the largest decoded frame a reader allocates (bounds
-/// the memory a damaged or foreign file can demand).
+/// The largest record a writer accepts; a reader refuses frames decoding to more than this plus
+/// 8 bytes (bounds the memory a damaged or foreign file can demand).
 inline constexpr std::uint64_t max_shard_record_bytes = std::uint64_t{1} << 30;
 
 /// Where one frame lies in its shard and what it decodes to (one index entry).
