@@ -12,7 +12,7 @@
 #   CONSUMER_OPTIONS       '|'-separated -D settings for the consumer's configure
 #                          (CMAKE_DISABLE_FIND_PACKAGE_xtensor=ON: a machine without xtensor)
 #   INSTALLED_FILES        '|'-separated files (relative to PREFIX) the installation must hold
-#   RUN_TOOLS=ON           the installed bin/hone-info and bin/hone-ckpt must run
+#   RUN_TOOLS=ON           the installed bin/hone-info, bin/hone-ckpt and bin/hone-data must run
 #   EXPECT_CONFIGURE_ERROR the consumer's configure must fail with output matching this regex
 #   EXPECT_OUTPUT          regex the consumer's output must match (default: "consumer OK")
 cmake_minimum_required(VERSION 3.25)
@@ -83,6 +83,8 @@ if(RUN_TOOLS)
   endif()
   hone_pkg_run(hone-ckpt-usage COMMAND "${PREFIX}/bin/hone-ckpt"
                EXPECT_FAILURE "usage: hone-ckpt info DIR")
+  hone_pkg_run(hone-data-usage COMMAND "${PREFIX}/bin/hone-data"
+               EXPECT_FAILURE "usage: hone-data pack FILE OUTDIR")
 endif()
 
 set(_consumer_build "${WORK_DIR}/consumer-build")
