@@ -1,0 +1,395 @@
+// hone/compress/quant_linear.hpp: the dynamic int8 linear layer y = x W^T + b. W is quantized once
+// (symmetric int8, per output row) and packed; each call quantizes the rows of x to asymmetric uint8
+// (per row, zero point included), multiplies with int32 accumulation, and dequantizes and adds the
+// bias in the epilogue. Three kernels give bit-identical int32 accumulators: a scalar one, AVX2
+// (sign-extended 16-bit pairs, _mm256_madd_epi16, never saturating) and AVX-512 VNNI
+// (_mm512_dpbusd_epi32, u8 x s8 into int32); the fastest the CPU supports is chosen at run time, so a
+// generic -O2 build still gets it. docs/quant.md.
+#pragma once
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/blocked_range2d.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hone/compress/quant.hpp"
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__CUDACC__)
+#define HONE_QUANT_X86 1
+#include <immintrin.h>
+#else
+#define HONE_QUANT_X86 0
+#endif
+
+HONE_NAMESPACE_BEGIN
+namespace compress {
+
+/// Which int8 GEMM kernel runs. automatic picks the fastest the CPU supports.
+enum class int8_kernel { automatic, scalar, avx2, avx512_vnni };
+
+[[nodiscard]] inline const char* int8_kernel_name(int8_kernel k) noexcept {
+  switch (k) {
+    case int8_kernel::automatic: return "automatic";
+    case int8_kernel::scalar: return "scalar";
+    case int8_kernel::avx2: return "avx2";
+    case int8_kernel::avx512_vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+/// Whether this CPU (and this build's compiler) can run kernel k.
+[[nodiscard]] inline bool int8_kernel_supported(int8_kernel k) noexcept {
+  switch (k) {
+    case int8_kernel::automatic:
+    case int8_kernel::scalar: return true;
+#if HONE_QUANT_X86
+    case int8_kernel::avx2: return __builtin_cpu_supports("avx2");
+    case int8_kernel::avx512_vnni:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+/// The kernel `automatic` resolves to on this CPU.
+[[nodiscard]] inline int8_kernel best_int8_kernel() noexcept {
+  if (int8_kernel_supported(int8_kernel::avx512_vnni)) return int8_kernel::avx512_vnni;
+  if (int8_kernel_supported(int8_kernel::avx2)) return int8_kernel::avx2;
+  return int8_kernel::scalar;
+}
+
+/// Weights [n, k] int8 packed for the kernels: panels of 16 output rows; within a panel, groups of 4
+/// consecutive k for each of the 16 rows: byte (panel p, group g, row i, j) = W[16 p + i, 4 g + j].
+/// k is padded to a multiple of 4 and n to a multiple of 16 with zero codes.
+struct packed_int8_weights {
+  std::size_t n = 0, k = 0;    // logical shape
+  std::size_t kp = 0, np = 0;  // padded
+  std::vector<std::int8_t> data;
+
+  static packed_int8_weights pack(std::span<const std::int8_t> w, std::size_t n, std::size_t k) {
+    HONE_REQUIRE(w.size() == n * k, "hone::compress::packed_int8_weights::pack: the codes hold " +
+                                        std::to_string(w.size()) + " values, but [" +
+                                        std::to_string(n) + ", " + std::to_string(k) +
+                                        "] needs " + std::to_string(n * k) + ".");
+    packed_int8_weights p;
+    p.n = n;
+    p.k = k;
+    p.kp = (k + 3) / 4 * 4;
+    p.np = (n + 15) / 16 * 16;
+    p.data.assign(p.np * p.kp, 0);
+    for (std::size_t r = 0; r < n; ++r) {
+      const std::size_t panel = r / 16, i = r % 16;
+      for (std::size_t c = 0; c < k; ++c) {
+        const std::size_t g = c / 4, j = c % 4;
+        p.data[panel * 16 * p.kp + g * 64 + i * 4 + j] = w[r * k + c];
+      }
+    }
+    return p;
+  }
+};
+
+namespace detail {
+
+/// The kernels' contract: for rows r < m of `a` (uint8, row stride kp, padding bytes any value) and
+/// panels [p0, p1) of `w`: c[r * ldc + 16 p + i] = sum_{k < kp} a[r, k] * W[16 p + i, k] (int32,
+/// exact). ldc >= np.
+inline void int8_gemm_scalar(const std::uint8_t* a, std::size_t m, const packed_int8_weights& w,
+                             std::size_t p0, std::size_t p1, std::int32_t* c, std::size_t ldc) {
+  const std::size_t groups = w.kp / 4;
+  for (std::size_t r = 0; r < m; ++r) {
+    const std::uint8_t* x = a + r * w.kp;
+    for (std::size_t p = p0; p < p1; ++p) {
+      const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
+      std::int32_t acc[16] = {};
+      for (std::size_t g = 0; g < groups; ++g) {
+        for (std::size_t i = 0; i < 16; ++i) {
+          for (std::size_t j = 0; j < 4; ++j) {
+            acc[i] += static_cast<std::int32_t>(x[4 * g + j]) *
+                      static_cast<std::int32_t>(panel[g * 64 + i * 4 + j]);
+          }
+        }
+      }
+      std::memcpy(c + r * ldc + 16 * p, acc, sizeof acc);
+    }
+  }
+}
+
+#if HONE_QUANT_X86
+/// AVX2: per group of 4 k, the 64 panel bytes are sign-extended to 16-bit in four 16-byte pieces
+/// (4 rows x 4 k each) and multiplied with the 4 activations zero-extended to 16-bit by
+/// _mm256_madd_epi16, which adds adjacent products into int32: |u8 * s8| <= 32640, so a pair fits
+/// and nothing saturates. Each output ends as two partial sums, added at the end.
+__attribute__((target("avx2"))) inline void int8_gemm_avx2(const std::uint8_t* a, std::size_t m,
+                                                           const packed_int8_weights& w,
+                                                           std::size_t p0, std::size_t p1,
+                                                           std::int32_t* c, std::size_t ldc) {
+  const std::size_t groups = w.kp / 4;
+  for (std::size_t p = p0; p < p1; ++p) {
+    const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
+    std::size_t r = 0;
+    for (; r < m; r += 2) {
+      const bool two = r + 1 < m;
+      const std::uint8_t* x0 = a + r * w.kp;
+      const std::uint8_t* x1 = two ? x0 + w.kp : x0;
+      __m256i acc0[4], acc1[4];
+      for (int q = 0; q < 4; ++q) acc0[q] = acc1[q] = _mm256_setzero_si256();
+      for (std::size_t g = 0; g < groups; ++g) {
+        std::uint32_t b0, b1;
+        std::memcpy(&b0, x0 + 4 * g, 4);
+        std::memcpy(&b1, x1 + 4 * g, 4);
+        // (x0, x1, x2, x3) as 16-bit, repeated over the register
+        const __m256i v0 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(b0)));
+        const __m256i v1 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(b1)));
+        const std::int8_t* wg = panel + g * 64;
+        for (int q = 0; q < 4; ++q) {
+          const __m256i wq = _mm256_cvtepi8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(wg + 16 * q)));
+          acc0[q] = _mm256_add_epi32(acc0[q], _mm256_madd_epi16(wq, v0));
+          acc1[q] = _mm256_add_epi32(acc1[q], _mm256_madd_epi16(wq, v1));
+        }
+      }
+      // acc[q] lanes: (row 4q + t, half h) at lane 2t + h
+      for (int q = 0; q < 4; ++q) {
+        alignas(32) std::int32_t t0[8], t1[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t0), acc0[q]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t1), acc1[q]);
+        for (int t = 0; t < 4; ++t) {
+          c[r * ldc + 16 * p + 4 * q + t] = t0[2 * t] + t0[2 * t + 1];
+          if (two) c[(r + 1) * ldc + 16 * p + 4 * q + t] = t1[2 * t] + t1[2 * t + 1];
+        }
+      }
+    }
+  }
+}
+
+/// AVX-512 VNNI: one zmm holds a group (4 k x 16 rows) of the panel; _mm512_dpbusd_epi32 multiplies
+/// it with the row's 4 activations broadcast (u8 x s8, four products summed into each int32 lane,
+/// exact, not saturating). Up to 4 rows of a at a time reuse each panel load.
+template <int MR>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_tile(
+    const std::uint8_t* a, std::size_t kp, const std::int8_t* panel, std::int32_t* c,
+    std::size_t ldc) {
+  __m512i acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
+  const std::size_t groups = kp / 4;
+  for (std::size_t g = 0; g < groups; ++g) {
+    const __m512i wv = _mm512_loadu_si512(panel + g * 64);
+    for (int r = 0; r < MR; ++r) {
+      std::int32_t b;
+      std::memcpy(&b, a + static_cast<std::size_t>(r) * kp + 4 * g, 4);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(b), wv);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_storeu_si512(c + static_cast<std::size_t>(r) * ldc, acc[r]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_gemm_vnni(
+    const std::uint8_t* a, std::size_t m, const packed_int8_weights& w, std::size_t p0,
+    std::size_t p1, std::int32_t* c, std::size_t ldc) {
+  for (std::size_t p = p0; p < p1; ++p) {
+    const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
+    std::size_t r = 0;
+    for (; r + 4 <= m; r += 4) {
+      int8_vnni_tile<4>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
+    }
+    for (; r < m; ++r) int8_vnni_tile<1>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
+  }
+}
+#endif
+
+inline int8_kernel resolve_kernel(int8_kernel k, const char* who) {
+  if (k == int8_kernel::automatic) return best_int8_kernel();
+  HONE_REQUIRE(int8_kernel_supported(k),
+               std::string(who) + ": the " + int8_kernel_name(k) +
+                   " kernel is not supported by this CPU; use int8_kernel::automatic or "
+                   "int8_kernel::scalar.");
+  return k;
+}
+
+inline void int8_gemm_panels(int8_kernel k, const std::uint8_t* a, std::size_t m,
+                             const packed_int8_weights& w, std::size_t p0, std::size_t p1,
+                             std::int32_t* c, std::size_t ldc) {
+  switch (k) {
+#if HONE_QUANT_X86
+    case int8_kernel::avx512_vnni: int8_gemm_vnni(a, m, w, p0, p1, c, ldc); return;
+    case int8_kernel::avx2: int8_gemm_avx2(a, m, w, p0, p1, c, ldc); return;
+#endif
+    default: int8_gemm_scalar(a, m, w, p0, p1, c, ldc); return;
+  }
+}
+
+}  // namespace detail
+
+/// c[r * np + o] = sum over k of a[r, k] * W[o, k] for r < m, o < np (int32, exact): `a` holds m rows
+/// of w.kp uint8 values, c holds m * w.np. Rows of 16-output panels run on oneTBB when the product is
+/// large. Every kernel gives the same integers.
+inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m,
+                      const packed_int8_weights& w, std::span<std::int32_t> c,
+                      int8_kernel kernel = int8_kernel::automatic) {
+  constexpr const char* who = "hone::compress::int8_gemm";
+  HONE_REQUIRE(a.size() == m * w.kp && c.size() == m * w.np,
+               std::string(who) + ": a holds " + std::to_string(a.size()) + " bytes and c " +
+                   std::to_string(c.size()) + " values; with m = " + std::to_string(m) +
+                   " they need m * kp = " + std::to_string(m * w.kp) + " and m * np = " +
+                   std::to_string(m * w.np) + ".");
+  const int8_kernel k = detail::resolve_kernel(kernel, who);
+  const std::size_t panels = w.np / 16;
+  if (m * w.np * w.kp < (std::size_t{1} << 20)) {
+    detail::int8_gemm_panels(k, a.data(), m, w, 0, panels, c.data(), w.np);
+    return;
+  }
+  // Tiles of up to 64 rows x 4 panels: each task reuses its panels from cache across its rows.
+  tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, m, 64, 0, panels, 4),
+                    [&](const tbb::blocked_range2d<std::size_t>& t) {
+                      detail::int8_gemm_panels(k, a.data() + t.rows().begin() * w.kp,
+                                               t.rows().size(), w, t.cols().begin(),
+                                               t.cols().end(),
+                                               c.data() + t.rows().begin() * w.np, w.np);
+                    });
+}
+
+/// Per-row activation quantization: the row's range widened to include 0 gives affine_uint8
+/// parameters; codes = clamp(round_half_even(x * (1 / scale)) + zero_point, 0, 255). The row is
+/// written to out[0, x.size()) and out[x.size(), out.size()) is set to the zero point.
+inline affine_params quantize_row_uint8(std::span<const float> x, std::span<std::uint8_t> out) {
+  float lo = 0.0f, hi = 0.0f;
+  for (const float v : x) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  const affine_params p = affine_uint8({lo, hi});
+  const float inv = 1.0f / p.scale;
+  const float zp = static_cast<float>(p.zero_point);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    out[i] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(x[i] * inv) + zp, 0.0f, 255.0f));
+  }
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(x.size()), out.end(),
+            static_cast<std::uint8_t>(p.zero_point));
+  return p;
+}
+
+/// The dynamic int8 linear layer y = x W^T + b with W [out_features, in_features] (see the header
+/// comment). y[r, o] = scale_x[r] * scale_w[o] * (acc[r, o] - zero_point[r] * sum_k Wq[o, k]) + b[o],
+/// the int32 accumulator corrected for the activation zero point in 64-bit integers, then scaled and
+/// biased in double and rounded once to float.
+class dynamic_int8_linear {
+ public:
+  /// Quantizes `weight` ([out_features, in_features] row-major, fp32) per output row.
+  dynamic_int8_linear(std::span<const float> weight, std::size_t out_features,
+                      std::size_t in_features, std::span<const float> bias = {})
+      : dynamic_int8_linear(quantize_weights(weight, out_features, in_features,
+                                             quant_granularity::per_channel),
+                            bias) {}
+
+  /// From already quantized weights (per channel or per tensor), e.g. loaded from a checkpoint.
+  explicit dynamic_int8_linear(quantized_weights q, std::span<const float> bias = {})
+      : q_(std::move(q)) {
+    constexpr const char* who = "hone::compress::dynamic_int8_linear";
+    HONE_REQUIRE(q_.rows > 0 && q_.cols > 0,
+                 std::string(who) + ": the weight is [" + std::to_string(q_.rows) + ", " +
+                     std::to_string(q_.cols) + "]; a linear layer needs at least one input and "
+                     "one output feature.");
+    // The int32 accumulators hold sums of k products |u8 * s8| <= 255 * 127 (the zero point
+    // correction is applied in 64-bit), so k * 32385 must stay below 2^31.
+    HONE_REQUIRE(q_.cols <= 66000,
+                 std::string(who) + ": in_features = " + std::to_string(q_.cols) +
+                     " is above 66000, where int32 accumulators of u8 x s8 products may overflow; "
+                     "split the layer along its inputs.");
+    HONE_REQUIRE(bias.empty() || bias.size() == q_.rows,
+                 std::string(who) + ": the bias holds " + std::to_string(bias.size()) +
+                     " values; it must be empty or hold out_features = " +
+                     std::to_string(q_.rows) + ".");
+    bias_.assign(bias.begin(), bias.end());
+    packed_ = packed_int8_weights::pack(q_.values, q_.rows, q_.cols);
+    wsum_.resize(q_.rows);
+    for (std::size_t o = 0; o < q_.rows; ++o) {
+      std::int64_t s = 0;
+      for (std::size_t c = 0; c < q_.cols; ++c) s += q_.values[o * q_.cols + c];
+      wsum_[o] = s;
+    }
+  }
+
+  [[nodiscard]] std::size_t in_features() const noexcept { return q_.cols; }
+  [[nodiscard]] std::size_t out_features() const noexcept { return q_.rows; }
+  [[nodiscard]] const quantized_weights& weights() const noexcept { return q_; }
+  [[nodiscard]] std::span<const float> bias() const noexcept { return bias_; }
+  [[nodiscard]] const packed_int8_weights& packed() const noexcept { return packed_; }
+
+  /// y [m, out_features] = x [m, in_features] W^T + b (overwrites y). Reuses internal scratch:
+  /// one call at a time per layer object (copies are independent).
+  void forward(std::span<const float> x, std::size_t m, std::span<float> y,
+               int8_kernel kernel = int8_kernel::automatic) {
+    constexpr const char* who = "hone::compress::dynamic_int8_linear::forward";
+    const std::size_t k = q_.cols, n = q_.rows;
+    HONE_REQUIRE(x.size() == m * k && y.size() == m * n,
+                 std::string(who) + ": x holds " + std::to_string(x.size()) + " values and y " +
+                     std::to_string(y.size()) + "; with m = " + std::to_string(m) +
+                     " rows they need m * in_features = " + std::to_string(m * k) +
+                     " and m * out_features = " + std::to_string(m * n) + ".");
+    detail::require_finite(x, k, who);
+    a_.resize(m * packed_.kp);
+    acc_.resize(m * packed_.np);
+    params_.resize(m);
+    const auto quantize_rows = [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        params_[r] = quantize_row_uint8(x.subspan(r * k, k),
+                                        std::span(a_).subspan(r * packed_.kp, packed_.kp));
+      }
+    };
+    if (m * k < (std::size_t{1} << 16)) {
+      quantize_rows(0, m);
+    } else {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m, 8),
+                        [&](const tbb::blocked_range<std::size_t>& rr) {
+                          quantize_rows(rr.begin(), rr.end());
+                        });
+    }
+    int8_gemm(a_, m, packed_, acc_, kernel);
+    for (std::size_t r = 0; r < m; ++r) {
+      const std::int32_t* acc = acc_.data() + r * packed_.np;
+      const double sx = params_[r].scale;
+      const std::int64_t zp = params_[r].zero_point;
+      for (std::size_t o = 0; o < n; ++o) {
+        const double v = sx * static_cast<double>(q_.scale(o)) *
+                         static_cast<double>(static_cast<std::int64_t>(acc[o]) - zp * wsum_[o]);
+        y[r * n + o] = static_cast<float>(v + (bias_.empty() ? 0.0 : double{bias_[o]}));
+      }
+    }
+  }
+
+  /// The int32 accumulators and activation parameters of the last forward() (for tests and
+  /// inspection): acc [m, padded out_features].
+  [[nodiscard]] std::span<const std::int32_t> last_accumulators() const noexcept { return acc_; }
+  [[nodiscard]] std::span<const std::uint8_t> last_activations() const noexcept { return a_; }
+  [[nodiscard]] std::span<const affine_params> last_activation_params() const noexcept {
+    return params_;
+  }
+
+ private:
+  quantized_weights q_;
+  std::vector<float> bias_;
+  packed_int8_weights packed_;
+  std::vector<std::int64_t> wsum_;
+  std::vector<std::uint8_t> a_;
+  std::vector<std::int32_t> acc_;
+  std::vector<affine_params> params_;
+};
+
+}  // namespace compress
+HONE_NAMESPACE_END
