@@ -38,7 +38,7 @@ namespace serve {
 // The key
 
 /// The default hash policy: XXH3-128 of the input bytes with the model version as the seed, so
-/// the key covers both (one pass over the input, ~30 GB/s).
+/// the key covers both in one pass over the input.
 struct xxh3_prediction_hash {
   [[nodiscard]] prediction_key operator()(std::uint64_t version,
                                           std::span<const std::byte> input) const noexcept {
