@@ -8,5 +8,8 @@
 #include "hone/compress/lora_io.hpp"
 #include "hone/compress/prune.hpp"
 #include "hone/compress/prune_checkpoint.hpp"
+#include "hone/compress/quant.hpp"
+#include "hone/compress/quant_checkpoint.hpp"
+#include "hone/compress/quant_linear.hpp"
 #include "hone/compress/sparse24.hpp"
 #include "hone/compress/structured.hpp"
