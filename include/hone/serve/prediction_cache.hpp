@@ -266,14 +266,14 @@ class prediction_cache {
     {
       const std::lock_guard lock(s.mutex);
       if (const auto it = s.index.find(key); it != s.index.end()) {
-        entry& e = *s.ring[it->second];
+        entry& e = *it->second;
         if (e.version < version) {
-          erase_locked(s, it->second);
+          erase_locked(s, e.slot);
           ++s.stale;
         } else if (e.version != version) {
           ++s.collisions;  // a newer version's entry under this key: never served for this one
         } else if (ttl && now >= e.expiry) {
-          erase_locked(s, it->second);
+          erase_locked(s, e.slot);
           ++s.expired;
         } else if (e.input.size() != input.size() ||
                    (!input.empty() &&
@@ -308,13 +308,15 @@ class prediction_cache {
     }
     auto e = std::make_unique<entry>(entry{key, version, expiry_from(Clock::now()),
                                            std::vector<std::byte>(input.begin(), input.end()),
-                                           output, charge, false});
+                                           output, charge, 0, false});
+    entry* const fresh = e.get();
     std::vector<std::unique_ptr<entry>> spilled;
     {
       const std::lock_guard lock(s.mutex);
       std::uint32_t slot;
       if (const auto it = s.index.find(key); it != s.index.end()) {
-        slot = it->second;
+        slot = it->second->slot;
+        it->second = fresh;
         entry& old = *s.ring[slot];
         if (old.version == version && (old.input.size() != input.size() ||
                                        std::memcmp(old.input.data(), input.data(),
@@ -332,8 +334,9 @@ class prediction_cache {
           slot = static_cast<std::uint32_t>(s.ring.size());
           s.ring.push_back(std::move(e));
         }
-        s.index.emplace(key, slot);
+        s.index.emplace(key, fresh);
       }
+      fresh->slot = slot;
       s.bytes += charge;
       ++s.puts;
       const std::uint64_t current = model_version();
@@ -421,11 +424,12 @@ class prediction_cache {
     std::vector<std::byte> input;
     Output output;
     std::size_t charge;
-    bool referenced;  // CLOCK's bit: set by a hit, cleared by the hand
+    std::uint32_t slot;  // its place in the shard's ring
+    bool referenced;     // CLOCK's bit: set by a hit, cleared by the hand
   };
   struct alignas(64) shard {
     mutable std::mutex mutex;
-    std::unordered_map<prediction_key, std::uint32_t, detail::prediction_key_hash> index;
+    std::unordered_map<prediction_key, entry*, detail::prediction_key_hash> index;
     std::vector<std::unique_ptr<entry>> ring;  // CLOCK's circle; empty slots are reused
     std::vector<std::uint32_t> free_slots;
     std::size_t hand = 0;
