@@ -176,40 +176,63 @@ __attribute__((target("avx2"))) inline void int8_gemm_avx2(const std::uint8_t* a
   }
 }
 
-/// AVX-512 VNNI: one zmm holds a group (4 k x 16 rows) of the panel; _mm512_dpbusd_epi32 multiplies
-/// it with the row's 4 activations broadcast (u8 x s8, four products summed into each int32 lane,
-/// exact, not saturating). Up to 4 rows of a at a time reuse each panel load.
-template <int MR>
+/// AVX-512 VNNI: one zmm holds a group (4 k x 16 rows) of a panel; _mm512_dpbusd_epi32 multiplies
+/// it with a row's 4 activations broadcast (u8 x s8, four products summed into each int32 lane,
+/// exact, not saturating). A tile is MR rows of a x NP panels (MR * NP accumulators): each weight
+/// load serves MR rows and each broadcast NP panels.
+template <int MR, int NP>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_tile(
     const std::uint8_t* a, std::size_t kp, const std::int8_t* panel, std::int32_t* c,
     std::size_t ldc) {
-  __m512i acc[MR];
-  for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
-  const std::size_t groups = kp / 4;
+  __m512i acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
+  const std::size_t groups = kp / 4, panel_bytes = 16 * kp;
   for (std::size_t g = 0; g < groups; ++g) {
-    const __m512i wv = _mm512_loadu_si512(panel + g * 64);
+    __m512i wv[NP];
+    for (int p = 0; p < NP; ++p) {
+      wv[p] = _mm512_loadu_si512(panel + static_cast<std::size_t>(p) * panel_bytes + g * 64);
+    }
     for (int r = 0; r < MR; ++r) {
       std::int32_t b;
       std::memcpy(&b, a + static_cast<std::size_t>(r) * kp + 4 * g, 4);
-      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(b), wv);
+      const __m512i xv = _mm512_set1_epi32(b);
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], xv, wv[p]);
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    _mm512_storeu_si512(c + static_cast<std::size_t>(r) * ldc, acc[r]);
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      _mm512_storeu_si512(c + static_cast<std::size_t>(r) * ldc + 16 * static_cast<std::size_t>(p),
+                          acc[r][p]);
+    }
+}
+
+template <int NP>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_rows(
+    const std::uint8_t* a, std::size_t m, const packed_int8_weights& w, std::size_t p,
+    std::int32_t* c, std::size_t ldc) {
+  const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
+  std::size_t r = 0;
+  for (; r + 6 <= m; r += 6) int8_vnni_tile<6, NP>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
+  const std::size_t left = m - r;
+  const std::uint8_t* ar = a + r * w.kp;
+  std::int32_t* cr = c + r * ldc + 16 * p;
+  switch (left) {
+    case 5: int8_vnni_tile<5, NP>(ar, w.kp, panel, cr, ldc); break;
+    case 4: int8_vnni_tile<4, NP>(ar, w.kp, panel, cr, ldc); break;
+    case 3: int8_vnni_tile<3, NP>(ar, w.kp, panel, cr, ldc); break;
+    case 2: int8_vnni_tile<2, NP>(ar, w.kp, panel, cr, ldc); break;
+    case 1: int8_vnni_tile<1, NP>(ar, w.kp, panel, cr, ldc); break;
+    default: break;
   }
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_gemm_vnni(
     const std::uint8_t* a, std::size_t m, const packed_int8_weights& w, std::size_t p0,
     std::size_t p1, std::int32_t* c, std::size_t ldc) {
-  for (std::size_t p = p0; p < p1; ++p) {
-    const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
-    std::size_t r = 0;
-    for (; r + 4 <= m; r += 4) {
-      int8_vnni_tile<4>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
-    }
-    for (; r < m; ++r) int8_vnni_tile<1>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
-  }
+  std::size_t p = p0;
+  for (; p + 2 <= p1; p += 2) int8_vnni_rows<2>(a, m, w, p, c, ldc);
+  if (p < p1) int8_vnni_rows<1>(a, m, w, p, c, ldc);
 }
 #endif
 
