@@ -1,5 +1,5 @@
-// hone/serve.hpp: serving the user's model inside the user's process: the dynamic batcher
-// and the paged KV cache (docs/serve.md), and the prediction cache.
+// hone/serve.hpp: serving the user's model inside the user's process: the dynamic batcher, the
+// prediction cache and the paged KV cache (docs/serve.md).
 #pragma once
 
 #include "hone/serve/batcher.hpp"
