@@ -9,7 +9,10 @@
 //                   hone::one_cycle{.max_lr = lr, .total_steps = steps});
 //
 // plus parameter groups (no weight decay on biases) and early stopping on the validation loss
-// with the best weights restored at the end. The precision is a runtime flag, the model's element
+// with the best weights restored at the end. The training set is read from a CSV file (the
+// spiral's training split written to OUT/spiral_train.csv, or --train-csv) through
+// hone::data::loader: a lazy line_dataset, a shuffled order per epoch, batches assembled ahead of
+// the step on a oneTBB thread. The precision is a runtime flag, the model's element
 // type a template parameter: main() dispatches to one of three instantiations of train<>().
 //
 // --device picks where: the CPU model above (xtensor, mlp.hpp), or, in a build with CUDA
@@ -20,8 +23,8 @@
 //
 // With --checkpoint-dir (CPU path only, for now) it saves checkpoints (hone::checkpoint: atomic
 // step-N directories, sync or --checkpoint-async, --keep N) holding the weights, the AdamW moments,
-// the step, the loss scaler, the early-stopping state with its best weights, and the batch
-// order's RNG and position, so --resume continues bit for bit where the newest valid checkpoint
+// the step, the loss scaler, the early-stopping state with its best weights, and the loader's
+// state (seed, epoch, position), so --resume continues bit for bit where the newest valid checkpoint
 // left off.
 //
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
@@ -41,6 +44,9 @@
 #include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/checkpoint/writer.hpp>
 #include <hone/core/error.hpp>
+#include <hone/data/line_dataset.hpp>
+#include <hone/data/loader.hpp>
+#include <hone/io/file_io.hpp>
 #include <hone/io/hash.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/optim/clipping.hpp>
@@ -97,6 +103,7 @@ struct options {
   bool resume = false;
   std::optional<std::uint64_t> stop_after;  // testing --resume: stop as if interrupted
   std::optional<std::filesystem::path> trace;  // a Perfetto trace of the run (CPU path)
+  std::optional<std::filesystem::path> train_csv;  // the training set (default: written to out)
 };
 
 constexpr const char* usage_text =
@@ -121,6 +128,9 @@ constexpr const char* usage_text =
     "  --resume                    continue from the newest valid checkpoint in --checkpoint-dir\n"
     "  --stop-after N              stop after step N without a final checkpoint, as if killed\n"
     "                              (to test --resume)\n"
+    "  --train-csv FILE            read the training set from this CSV file (x0,x1,label per\n"
+    "                              line; default: the spiral's training split, written to\n"
+    "                              OUT/spiral_train.csv)\n"
     "  --trace FILE                write a Perfetto trace of the run (CPU path: the trainer's\n"
     "                              phases, the batches, validations and checkpoint saves; open\n"
     "                              it in ui.perfetto.dev)\n"
@@ -189,7 +199,8 @@ options parse_flags(int argc, char** argv) {
                                                  "--checkpoint-every",
                                                  "--keep",
                                                  "--stop-after",
-                                                 "--trace"};
+                                                 "--trace",
+                                                 "--train-csv"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) {
       bad_flag("unknown flag '" + std::string(flag) + "'");
     }
@@ -247,6 +258,9 @@ options parse_flags(int argc, char** argv) {
       o.keep = parse_integer(flag, v, 0, 1'000'000);
     } else if (flag == "--stop-after") {
       o.stop_after = parse_integer(flag, v, 1, 10'000'000);
+    } else if (flag == "--train-csv") {
+      if (v.empty()) bad_flag("--train-csv needs a file name, got ''");
+      o.train_csv = value;
     } else if (flag == "--trace") {
       if (v.empty()) bad_flag("--trace needs a file name, got ''");
       o.trace = value;
@@ -374,78 +388,146 @@ void write_plot(const std::filesystem::path& path, const std::vector<metrics_row
   ex::write_png(path, img);
 }
 
-/// Training batches: an epoch-wise shuffled order of the training samples, cut into steps of
-/// `batch` samples, each step cut into `parts` micro-batches of nearly equal size (the first
-/// batch % parts of them one sample larger; accumulate::by_count weights them by size).
-class batch_stream {
- public:
-  batch_stream(const train_mlp::split& train, std::size_t features, std::size_t batch,
-               std::size_t parts, std::uint64_t seed)
-      : train_(&train),
-        features_(features),
-        rng_(seed ^ 0x9E3779B97F4A7C15ull),
-        order_(train.size()),
-        x_(batch * features),
-        y_(batch),
-        micro_(parts) {
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-    rng_.shuffle(order_);
+/// Writes the training split as a CSV file, one sample per record: x0,...,x{f-1},label (floats
+/// with 9 significant digits, which read back as the same floats). Written under a temporary
+/// name and renamed into place.
+void write_training_csv(const std::filesystem::path& path, const train_mlp::split& train,
+                        std::size_t features) {
+  std::string text;
+  text.reserve(train.size() * 40);
+  char num[32];
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    for (std::size_t f = 0; f < features; ++f) {
+      std::snprintf(num, sizeof num, "%.9g,", static_cast<double>(train.x[i * features + f]));
+      text += num;
+    }
+    text += std::to_string(train.y[i]);
+    text += '\n';
   }
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  (void)hone::io::write_file(tmp, std::as_bytes(std::span(text.data(), text.size())));
+  hone::io::rename_path(tmp, path);
+}
 
-  /// The position in the batch order, for checkpoints: {"epoch": e, "cursor": c}, and the RNG.
-  [[nodiscard]] hone::io::json::value position() const {
-    auto v = hone::io::json::value::object();
-    v.set("epoch", epoch_);
-    v.set("cursor", static_cast<std::uint64_t>(cursor_));
-    return v;
+/// One step's samples as the loader assembles them.
+struct csv_batch {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+};
+
+/// The loader's collate function: parses record "x0,...,x{f-1},label" into row `row`. A record
+/// that does not parse throws; the loader reports it with its index and byte offset in the file.
+struct parse_sample {
+  std::size_t features;
+  std::size_t classes;
+  void operator()(csv_batch& b, std::size_t row, std::string_view record) const {
+    std::size_t at = 0;
+    auto field = [&](bool last) {
+      const std::size_t comma = record.find(',', at);
+      if (last ? comma != std::string_view::npos : comma == std::string_view::npos) {
+        throw std::runtime_error("expected " + std::to_string(features + 1) +
+                                 " comma-separated fields (features, then the label)");
+      }
+      const std::string_view f = record.substr(at, last ? std::string_view::npos : comma - at);
+      at = comma + 1;
+      return f;
+    };
+    for (std::size_t k = 0; k < features; ++k) {
+      const std::string_view f = field(false);
+      float v = 0.0f;
+      const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+      if (ec != std::errc() || end != f.data() + f.size() || !std::isfinite(v)) {
+        throw std::runtime_error("feature " + std::to_string(k) + " is not a finite number");
+      }
+      b.x[row * features + k] = v;
+    }
+    const std::string_view f = field(true);
+    long label = -1;
+    const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), label);
+    if (ec != std::errc() || end != f.data() + f.size() || label < 0 ||
+        static_cast<std::size_t>(label) >= classes) {
+      throw std::runtime_error("the label is not an integer in [0, " + std::to_string(classes) +
+                               ")");
+    }
+    b.y[row] = static_cast<std::int32_t>(label);
   }
-  [[nodiscard]] std::string rng_state() { return hone::checkpoint::rng_state(rng_.engine()); }
-  /// Continues from a checkpoint's position: replays the epochs' shuffles from the seed (the order
-  /// of an epoch is the previous order shuffled), then restores the RNG's saved state.
-  void restore(const hone::io::json::value& position, std::string_view rng_text) {
-    const std::uint64_t epochs = position.at("epoch").as_u64();
-    const std::uint64_t cursor = position.at("cursor").as_u64();
-    if (cursor > order_.size()) throw hone::checkpoint_error("batch position beyond the epoch");
-    for (std::uint64_t e = epoch_; e < epochs; ++e) rng_.shuffle(order_);
-    hone::checkpoint::restore_rng(rng_.engine(), rng_text, "batch_order");
-    epoch_ = epochs;
-    cursor_ = static_cast<std::size_t>(cursor);
-  }
+};
+
+/// Training batches read from a CSV file through hone::data::loader: a lazy line_dataset over the
+/// file (8 bytes of index per record, saved next to it), an epoch-wise shuffled order
+/// (shuffled_sampler: a pure function of the seed and the epoch), `batch` samples per step
+/// assembled on a oneTBB thread ahead of the step (the last partial batch of an epoch dropped),
+/// each step cut into `parts` micro-batches of nearly equal size (the first batch % parts of
+/// them one sample larger; accumulate::by_count weights them by size). Its state (seed, epoch,
+/// position) travels in the checkpoints, so --resume reads the same batches as an
+/// uninterrupted run.
+class file_batches {
+ public:
+  file_batches(const std::filesystem::path& csv, std::size_t features, std::size_t classes,
+               std::size_t batch, std::size_t parts, std::uint64_t seed)
+      : features_(features),
+        dataset_(csv, hone::data::line_format::csv),
+        loader_(dataset_,
+                csv_batch{std::vector<float>(batch * features), std::vector<std::int32_t>(batch)},
+                parse_sample{features, classes},
+                {.batch_size = batch,
+                 .threads = 1,
+                 .prefetch = 2,
+                 .seed = seed,
+                 .last = hone::data::last_batch::drop},
+                hone::data::shuffled_sampler{}),
+        micro_(parts) {}
+
+  [[nodiscard]] std::size_t samples_in_file() const { return dataset_.size(); }
+  [[nodiscard]] hone::data::loader_state state() const { return loader_.state(); }
+  void restore(const hone::data::loader_state& s) { loader_.restore(s); }
+  /// Seconds the training loop waited in next() (the batch was not ready), and samples read.
+  [[nodiscard]] double wait_seconds() const { return wait_seconds_; }
+  [[nodiscard]] std::uint64_t samples() const { return samples_; }
 
   /// The micro-batches of the next step (valid until the next call).
   std::span<const train_mlp::batch> next() {
-    for (std::size_t s = 0; s < y_.size(); ++s) {
-      if (cursor_ == order_.size()) {  // a new epoch
-        rng_.shuffle(order_);
-        cursor_ = 0;
-        ++epoch_;
-      }
-      const std::size_t i = order_[cursor_++];
-      std::copy_n(train_->x.begin() + static_cast<std::ptrdiff_t>(i * features_), features_,
-                  x_.begin() + static_cast<std::ptrdiff_t>(s * features_));
-      y_[s] = train_->y[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto* b = loader_.next();
+    if (b == nullptr) b = loader_.next();  // an epoch ended: the next one starts
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (b == nullptr) {
+      throw hone::config_error("the training file holds " + std::to_string(dataset_.size()) +
+                               " samples, fewer than one batch");
     }
-    const std::size_t parts = micro_.size(), small = y_.size() / parts, extra = y_.size() % parts;
+    const std::size_t n_rows = b->info.rows;
+    samples_ += n_rows;
+    const std::size_t parts = micro_.size(), small = n_rows / parts, extra = n_rows % parts;
+    const std::span<const float> x(b->data.x);
+    const std::span<const std::int32_t> y(b->data.y);
     for (std::size_t m = 0, first = 0; m < parts; ++m) {
       const std::size_t n = small + (m < extra ? 1 : 0);
-      micro_[m] = {std::span<const float>(x_).subspan(first * features_, n * features_),
-                   std::span<const std::int32_t>(y_).subspan(first, n)};
+      micro_[m] = {x.subspan(first * features_, n * features_), y.subspan(first, n)};
       first += n;
     }
     return micro_;
   }
 
  private:
-  const train_mlp::split* train_;
   std::size_t features_;
-  train_mlp::random_source rng_;
-  std::vector<std::size_t> order_;
-  std::size_t cursor_ = 0;
-  std::uint64_t epoch_ = 0;
-  std::vector<float> x_;
-  std::vector<std::int32_t> y_;
+  hone::data::line_dataset dataset_;
+  hone::data::loader<hone::data::line_dataset, csv_batch, parse_sample,
+                     hone::data::shuffled_sampler>
+      loader_;
   std::vector<train_mlp::batch> micro_;
+  double wait_seconds_ = 0.0;
+  std::uint64_t samples_ = 0;
 };
+
+/// The training CSV of a run: --train-csv, or the spiral's training split written to
+/// <out>/spiral_train.csv.
+std::filesystem::path training_csv(const options& o, const train_mlp::dataset& data) {
+  if (o.train_csv) return *o.train_csv;
+  const std::filesystem::path p = o.out / "spiral_train.csv";
+  write_training_csv(p, data.train, data.features);
+  return p;
+}
 
 template <class Precision>
 int train(const options& o, Precision precision) {
@@ -492,7 +574,11 @@ int train(const options& o, Precision precision) {
               static_cast<unsigned long long>(o.patience));
   std::printf("  device: cpu%s\n", o.device_reason.c_str());
 
-  batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
+  file_batches batches(training_csv(o, data), features, data.classes, o.batch, o.accumulate,
+                       o.seed);
+  std::printf("  training data: %zu samples read from %s through hone::data::loader\n",
+              batches.samples_in_file(),
+              (o.train_csv ? *o.train_csv : o.out / "spiral_train.csv").string().c_str());
 
   // Checkpoints: DIR/step-N directories that appear atomically (see docs/checkpoint.md).
   namespace ck = hone::checkpoint;
@@ -529,7 +615,7 @@ int train(const options& o, Precision precision) {
                                    " was trained with --precision " + it->second + ", not " +
                                    precision_name(o.precision));
         }
-        batches.restore(st.data.at("batches"), st.rng.at("batch_order"));
+        batches.restore(hone::data::load_loader_state(st.data));  // seed, epoch, position
         ck::restore_early_stopping(stop, c->path, st, &best);
         first_step = st.data.at("call").as_u64() + 1;
         std::printf("  resumed from %s: step %llu (%llu updates)\n", c->path.string().c_str(),
@@ -540,9 +626,8 @@ int train(const options& o, Precision precision) {
   }
   const auto save_checkpoint = [&](std::uint64_t step,
                                    const std::optional<train_mlp::evaluation>& validation) {
-    ck::training_state own;  // what the trainer does not know: batch order, position, metadata
-    own.rng["batch_order"] = batches.rng_state();
-    own.data.set("batches", batches.position());
+    ck::training_state own;  // what the trainer does not know: the loader's state, metadata
+    hone::data::save_loader_state(own.data, batches.state());
     own.data.set("call", step);  // calls of trainer::step, skipped ones included
     own.metadata["precision"] = precision_name(o.precision);
     if (validation) own.metadata["val_loss"] = format("%.9g", validation->loss);
@@ -637,6 +722,9 @@ int train(const options& o, Precision precision) {
   std::printf("trained %zu steps (%llu updates, %llu skipped) in %.2f s\n", rows.size(),
               static_cast<unsigned long long>(t.steps_done()),
               static_cast<unsigned long long>(skipped), seconds);
+  std::printf("data: %.0f samples/s trained, %.1f%% of the time waiting for the loader\n",
+              static_cast<double>(batches.samples()) / seconds,
+              100.0 * batches.wait_seconds() / seconds);
   std::printf("time per phase of the trainer's step (hone::profile::phase_timer):\n");
   std::fflush(stdout);
   t.observer().print_summary(std::cout);
@@ -722,7 +810,8 @@ int train_cuda(const options& o, Precision precision) {
   std::printf("  device: %s: cuBLAS GEMMs (fp32 accumulation) and CUDA kernels\n",
               train_mlp::cuda::device_description().c_str());
 
-  batch_stream batches(data.train, features, o.batch, o.accumulate, o.seed);
+  file_batches batches(training_csv(o, data), features, data.classes, o.batch, o.accumulate,
+                       o.seed);
   std::vector<metrics_row> rows;
   rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
   hone_examples::progress bar(o.steps);
