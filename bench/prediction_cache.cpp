@@ -111,7 +111,8 @@ void hit_limit(benchmark::State& state) {
     const std::uint32_t k = d.order[i++ & (n_inputs - 1)];
     const std::string& in = d.inputs[k];
     const XXH128_hash_t h = XXH3_128bits_withSeed(in.data(), in.size(), 0);
-    acc += h.low64 + static_cast<std::uint64_t>(std::memcmp(stored[k].data(), in.data(), in.size()));
+    acc +=
+        h.low64 + static_cast<std::uint64_t>(std::memcmp(stored[k].data(), in.data(), in.size()));
   }
   benchmark::DoNotOptimize(acc);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -126,7 +127,8 @@ void hit_std_map(benchmark::State& state) {
   const data& d = corpus();
   static std_map_cache c;
   static const bool filled = [] {
-    for (std::size_t i = 0; i < n_inputs; ++i) c.map.emplace(corpus().inputs[i], corpus().outputs[i]);
+    for (std::size_t i = 0; i < n_inputs; ++i)
+      c.map.emplace(corpus().inputs[i], corpus().outputs[i]);
     return true;
   }();
   (void)filled;
@@ -165,9 +167,12 @@ void hit_threads(benchmark::State& state, int threads) {
         ready.fetch_add(1);
         float sum = 0;
         for (std::size_t i = 0; i < per_thread; ++i) {
-          const auto r = c.get(bytes(d.inputs[d.order[(i * 7 + static_cast<std::size_t>(t) * 331) &
-                                                       (n_inputs - 1)]]));
-          if (r) sum += (*r)[0]; else missed.fetch_add(1);
+          const auto r = c.get(bytes(
+              d.inputs[d.order[(i * 7 + static_cast<std::size_t>(t) * 331) & (n_inputs - 1)]]));
+          if (r)
+            sum += (*r)[0];
+          else
+            missed.fetch_add(1);
         }
         benchmark::DoNotOptimize(sum);
       });

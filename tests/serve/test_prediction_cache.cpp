@@ -1,7 +1,8 @@
 // hone::serve::prediction_cache, single-threaded: hits confirmed by the full input (a hash policy
 // that collides on purpose), versions, TTL with a test clock, CLOCK eviction step by step, the
 // byte budget, a random workload against a std::map oracle, option checks, and the cache in front
-// of a model served by the dynamic batcher. The disk tier: tests/serve/test_prediction_cache_disk.cpp.
+// of a model served by the dynamic batcher. The disk tier:
+// tests/serve/test_prediction_cache_disk.cpp.
 #define BOOST_TEST_MODULE hone_serve_prediction_cache
 #include <boost/test/unit_test.hpp>
 
@@ -108,7 +109,7 @@ BOOST_AUTO_TEST_CASE(a_new_model_version_never_serves_older_entries) {
   BOOST_TEST(c.advance_model_version() == 4u);
   BOOST_TEST(!c.get(bytes(a)).has_value());
   BOOST_TEST(!c.get(3, bytes(a)).has_value());  // asking for the old version explicitly: no
-  BOOST_TEST(c.stats().stale == 1u);             // removed when the version changed
+  BOOST_TEST(c.stats().stale == 1u);            // removed when the version changed
   BOOST_TEST(c.stats().entries == 0u);
   // an output computed with the old weights and stored after the change is refused
   BOOST_TEST(!c.put(3, bytes(a), std::string("late v3")));
@@ -255,11 +256,9 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_with_a_sentence) {
   BOOST_CHECK_EXCEPTION(cache_t({.shards = 3}), hone::config_error, [](const auto& e) {
     return std::string(e.what()).find("power of two") != std::string::npos;
   });
-  BOOST_CHECK_EXCEPTION(cache_t({.ram_budget_bytes = 100}), hone::config_error,
-                        [](const auto& e) {
-                          return std::string(e.what()).find("raise the budget") !=
-                                 std::string::npos;
-                        });
+  BOOST_CHECK_EXCEPTION(cache_t({.ram_budget_bytes = 100}), hone::config_error, [](const auto& e) {
+    return std::string(e.what()).find("raise the budget") != std::string::npos;
+  });
   BOOST_CHECK_THROW(cache_t({.ttl = -1ns}), hone::config_error);
 }
 

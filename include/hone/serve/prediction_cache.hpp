@@ -49,11 +49,10 @@ struct xxh3_prediction_hash {
 
 /// A hash policy: `h(version, input)` on a const H returns a prediction_key.
 template <class H>
-concept prediction_hasher =
-    std::copy_constructible<H> &&
+concept prediction_hasher = std::copy_constructible<H> &&
     requires(const H& h, std::uint64_t version, std::span<const std::byte> input) {
-      { h(version, input) } -> std::convertible_to<prediction_key>;
-    };
+  { h(version, input) } -> std::convertible_to<prediction_key>;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Outputs: how a cached output is counted against the budget and written to disk
@@ -107,13 +106,12 @@ struct prediction_codec<std::string> {
 
 /// An output the cache can hold: copy constructible, with a prediction_codec.
 template <class T>
-concept cacheable_output =
-    std::copy_constructible<T> &&
+concept cacheable_output = std::copy_constructible<T> &&
     requires(const T& t, std::span<std::byte> out, std::span<const std::byte> in) {
-      { prediction_codec<T>::size(t) } -> std::convertible_to<std::size_t>;
-      prediction_codec<T>::encode(t, out);
-      { prediction_codec<T>::decode(in) } -> std::same_as<std::optional<T>>;
-    };
+  { prediction_codec<T>::size(t) } -> std::convertible_to<std::size_t>;
+  prediction_codec<T>::encode(t, out);
+  { prediction_codec<T>::decode(in) } -> std::same_as<std::optional<T>>;
+};
 
 /// static_assert(hone::serve::check_prediction_cache<Output, Hash>()): stops compilation with a
 /// sentence naming what Output or Hash lacks to be used by hone::serve::prediction_cache.
@@ -144,30 +142,30 @@ consteval bool check_prediction_cache() {
 
 struct prediction_cache_options {
   std::size_t ram_budget_bytes = std::size_t{64} << 20;  // inputs + outputs + per-entry overhead
-  std::size_t shards = 16;  // a power of two; the budget is split evenly between them
+  std::size_t shards = 16;          // a power of two; the budget is split evenly between them
   std::chrono::nanoseconds ttl{0};  // 0: entries never expire
   std::uint64_t model_version = 0;  // the version of the weights at construction
-  std::filesystem::path disk_directory{};  // empty: no disk tier
+  std::filesystem::path disk_directory{};                    // empty: no disk tier
   std::uint64_t disk_budget_bytes = std::uint64_t{1} << 30;  // the entry files' sizes, in all
   int zstd_level = 1;
 };
 
 struct prediction_cache_stats {
-  std::uint64_t hits = 0;         // RAM hits and disk hits
-  std::uint64_t misses = 0;       // lookups answered by neither tier
-  std::uint64_t disk_hits = 0;    // hits read back from disk (promoted to RAM)
-  std::uint64_t collisions = 0;   // key found, input (or version) different: a miss, never served
-  std::uint64_t evictions = 0;    // RAM entries evicted for the budget
-  std::uint64_t expired = 0;      // entries found past their TTL (RAM and disk), removed
-  std::uint64_t stale = 0;        // RAM entries of an older model version, removed
-  std::uint64_t damaged = 0;      // disk files damaged, truncated or foreign, removed
-  std::uint64_t puts = 0;         // entries stored in RAM
+  std::uint64_t hits = 0;           // RAM hits and disk hits
+  std::uint64_t misses = 0;         // lookups answered by neither tier
+  std::uint64_t disk_hits = 0;      // hits read back from disk (promoted to RAM)
+  std::uint64_t collisions = 0;     // key found, input (or version) different: a miss, never served
+  std::uint64_t evictions = 0;      // RAM entries evicted for the budget
+  std::uint64_t expired = 0;        // entries found past their TTL (RAM and disk), removed
+  std::uint64_t stale = 0;          // RAM entries of an older model version, removed
+  std::uint64_t damaged = 0;        // disk files damaged, truncated or foreign, removed
+  std::uint64_t puts = 0;           // entries stored in RAM
   std::uint64_t rejected_puts = 0;  // put() of an old version, or of an entry over a shard's budget
-  std::uint64_t disk_writes = 0;  // entries spilled to disk
+  std::uint64_t disk_writes = 0;    // entries spilled to disk
   std::uint64_t disk_write_errors = 0;
   std::uint64_t disk_evictions = 0;
-  std::uint64_t entries = 0;      // in RAM now
-  std::uint64_t ram_bytes = 0;    // charged in RAM now
+  std::uint64_t entries = 0;    // in RAM now
+  std::uint64_t ram_bytes = 0;  // charged in RAM now
   std::uint64_t disk_files = 0;
   std::uint64_t disk_bytes = 0;
 };
@@ -181,8 +179,7 @@ inline constexpr std::size_t prediction_entry_overhead = 128;
 
 /// Thread safety: every member function may be called from any thread at once.
 /// Clock: std::chrono::steady_clock, or a test clock with the same interface.
-template <class Output, class Hash = xxh3_prediction_hash,
-          class Clock = std::chrono::steady_clock>
+template <class Output, class Hash = xxh3_prediction_hash, class Clock = std::chrono::steady_clock>
 class prediction_cache {
   static_assert(check_prediction_cache<Output, Hash>());
 
@@ -318,9 +315,9 @@ class prediction_cache {
         slot = it->second->slot;
         it->second = fresh;
         entry& old = *s.ring[slot];
-        if (old.version == version && (old.input.size() != input.size() ||
-                                       std::memcmp(old.input.data(), input.data(),
-                                                   input.size()) != 0)) {
+        if (old.version == version &&
+            (old.input.size() != input.size() ||
+             std::memcmp(old.input.data(), input.data(), input.size()) != 0)) {
           ++s.collisions;
         }
         s.bytes -= old.charge;
@@ -353,8 +350,8 @@ class prediction_cache {
   /// The cached output for `input`, or `compute()`'s, which is then cached (at the version read
   /// before it ran).
   template <class F>
-  requires std::convertible_to<std::invoke_result_t<F&>, Output>
-  Output get_or_compute(std::span<const std::byte> input, F&& compute) {
+  requires std::convertible_to<std::invoke_result_t<F&>, Output> Output
+  get_or_compute(std::span<const std::byte> input, F&& compute) {
     const std::uint64_t version = model_version();
     if (auto hit = get(version, input)) return std::move(*hit);
     Output out = compute();
@@ -479,7 +476,7 @@ class prediction_cache {
     if (r != detail::disk_outcome::hit) return std::nullopt;
     std::optional<Output> out = codec::decode(bytes);
     if (!out) return std::nullopt;  // checksummed but undecodable: another output type's file
-    put(version, input, *out);     // back to RAM (the file is gone)
+    put(version, input, *out);      // back to RAM (the file is gone)
     return out;
   }
 
@@ -489,7 +486,8 @@ class prediction_cache {
       buf.resize(codec::size(v->output));
       codec::encode(v->output, buf);
       const std::int64_t expiry =
-          opt_.ttl.count() == 0 ? 0 : static_cast<std::int64_t>(v->expiry.time_since_epoch().count());
+          opt_.ttl.count() == 0 ? 0
+                                : static_cast<std::int64_t>(v->expiry.time_since_epoch().count());
       disk_->store(v->key, v->version, expiry, v->input, buf);
     }
   }

@@ -73,7 +73,9 @@ struct pc_header {
   std::uint64_t reserved = 0;
 };
 
-inline void pc_put64(std::byte* p, std::uint64_t v) noexcept { std::memcpy(p, &v, 8); }
+inline void pc_put64(std::byte* p, std::uint64_t v) noexcept {
+  std::memcpy(p, &v, 8);
+}
 inline std::uint64_t pc_get64(const std::byte* p) noexcept {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
@@ -84,10 +86,10 @@ inline std::uint64_t pc_get64(const std::byte* p) noexcept {
 enum class disk_outcome { absent, hit, collision, expired, damaged };
 
 struct disk_counters {
-  std::uint64_t hits = 0;        // entries read back, confirmed and promoted to RAM
-  std::uint64_t writes = 0;      // entries written (spilled from RAM)
+  std::uint64_t hits = 0;          // entries read back, confirmed and promoted to RAM
+  std::uint64_t writes = 0;        // entries written (spilled from RAM)
   std::uint64_t write_errors = 0;  // spills lost to a failing write (disk full, permissions)
-  std::uint64_t evictions = 0;   // files removed for the byte budget or a newer version
+  std::uint64_t evictions = 0;     // files removed for the byte budget or a newer version
   std::uint64_t damaged = 0;     // files damaged, truncated, foreign or of another version: removed
   std::uint64_t collisions = 0;  // valid entries of another input under the looked-up key
   std::uint64_t expired = 0;     // files past their TTL: removed
@@ -163,11 +165,20 @@ class prediction_disk_tier {
     const auto it = index_.find(key);
     const bool same = it != index_.end() && it->second.seq == seq;
     switch (r) {
-      case disk_outcome::hit: ++c_.hits; break;
-      case disk_outcome::collision: ++c_.collisions; return r;  // a valid entry: kept
-      case disk_outcome::expired: ++c_.expired; break;
-      case disk_outcome::damaged: ++c_.damaged; break;
-      case disk_outcome::absent: return r;
+      case disk_outcome::hit:
+        ++c_.hits;
+        break;
+      case disk_outcome::collision:
+        ++c_.collisions;
+        return r;  // a valid entry: kept
+      case disk_outcome::expired:
+        ++c_.expired;
+        break;
+      case disk_outcome::damaged:
+        ++c_.damaged;
+        break;
+      case disk_outcome::absent:
+        return r;
     }
     if (same) remove_locked(key);
     return r;
