@@ -282,3 +282,23 @@ BOOST_AUTO_TEST_CASE(disk_entries_expire_with_the_ttl) {
   c.put(0, bytes(input_of(4)), 5);
   BOOST_TEST(!c.get(bytes(input_of(2))).has_value());
 }
+
+BOOST_AUTO_TEST_CASE(a_file_of_another_output_type_is_damaged_not_a_hit) {
+  // Keys depend on (version, input) only: a cache of 4-byte outputs and one of 8-byte outputs over
+  // the same directory find each other's files; the codec's decode refuses the wrong size.
+  hone_test::temp_dir dir("pc-type");
+  {
+    hs::prediction_cache<std::uint32_t> small_outputs(one_in_ram(dir.path, 300));
+    small_outputs.put(0, bytes(input_of(0)), 7u);
+    small_outputs.put(0, bytes(input_of(1)), 8u);  // 0 spilled: a 4-byte output
+  }
+  cache_t c(one_in_ram(dir.path, 300));
+  BOOST_TEST(c.stats().disk_files == 1u);
+  BOOST_TEST(!c.get(bytes(input_of(0))).has_value());
+  const auto s = c.stats();
+  BOOST_TEST(s.damaged == 1u);
+  BOOST_TEST(s.disk_hits == 0u);
+  BOOST_TEST(s.hits == 0u);
+  BOOST_TEST(s.misses == 1u);
+  BOOST_TEST(s.disk_files == 0u);
+}

@@ -475,8 +475,11 @@ class prediction_cache {
         static_cast<std::int64_t>(ttl_ticks), bytes);
     if (r != detail::disk_outcome::hit) return std::nullopt;
     std::optional<Output> out = codec::decode(bytes);
-    if (!out) return std::nullopt;  // checksummed but undecodable: another output type's file
-    put(version, input, *out);      // back to RAM (the file is gone)
+    if (!out) {  // checksummed but undecodable: another output type's file
+      disk_->hit_was_damaged();
+      return std::nullopt;
+    }
+    put(version, input, *out);  // back to RAM (the file is gone)
     return out;
   }
 

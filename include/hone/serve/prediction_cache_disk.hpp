@@ -184,6 +184,14 @@ class prediction_disk_tier {
     return r;
   }
 
+  /// A hit whose output the cache then could not decode (a file of another output type): it
+  /// counts as damaged, not as a hit (its file is already removed).
+  void hit_was_damaged() {
+    const std::lock_guard lock(mutex_);
+    --c_.hits;
+    ++c_.damaged;
+  }
+
   /// Removes the files of versions before `version` whose version is known (written by this
   /// process); the others are never served and leave with the budget.
   void drop_older(std::uint64_t version) {
