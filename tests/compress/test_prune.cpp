@@ -100,6 +100,39 @@ hone::arena_layout layout_of(std::initializer_list<std::pair<const char*, std::s
   return l;
 }
 
+/// two_layer<float> with its tensors in one arena laid out as the trainer's: bound zero-copy (the
+/// master weights are the model's own).
+struct bound_two_layer {
+  hone::arena_layout layout{sizeof(float)};
+  hone::arena<float> values, grads;
+  two_layer<float> net;
+  bound_two_layer(std::size_t a, std::size_t c) : net(a, c) {
+    layout.add("fc1.weight", a);
+    layout.add("fc2.weight", c);
+    layout.add("fc2.bias", 1);
+    values = hone::arena<float>(layout);
+    grads = hone::arena<float>(layout);
+    std::copy(net.w1.begin(), net.w1.end(), values.view(0).begin());
+    std::copy(net.w2.begin(), net.w2.end(), values.view(1).begin());
+    values.view(2)[0] = net.b[0];
+  }
+  std::vector<hone::parameter<float>> parameters() {
+    return {{"fc1.weight", {net.d1}, values.view(0), grads.view(0)},
+            {"fc2.weight", {net.d2}, values.view(1), grads.view(1)},
+            {"fc2.bias", {1}, values.view(2), grads.view(2)}};
+  }
+  float forward_backward(const batch& bt, float scale) {
+    std::copy(values.view(0).begin(), values.view(0).end(), net.w1.begin());
+    std::copy(values.view(1).begin(), values.view(1).end(), net.w2.begin());
+    net.b[0] = values.view(2)[0];
+    const float loss = net.forward_backward(bt, scale);
+    std::copy(net.g1.begin(), net.g1.end(), grads.view(0).begin());
+    std::copy(net.g2.begin(), net.g2.end(), grads.view(1).begin());
+    grads.view(2)[0] = net.gb[0];
+    return loss;
+  }
+};
+
 /// The policy, recording the master weights each call sees (before it prunes and masks them).
 struct recording : hc::magnitude_pruning {
   std::vector<std::vector<float>>* seen = nullptr;
@@ -202,6 +235,25 @@ BOOST_AUTO_TEST_CASE(policy_keeps_pruned_weights_zero_and_follows_the_schedule) 
       previous.assign(m.all().begin(), m.all().end());
     }
     BOOST_TEST(std::fabs(t.weight_constraint().level() - 0.75) < 1e-15);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(zero_copy_model_weights_are_zero) {
+  bound_two_layer net(48, 16);
+  hc::magnitude_pruning_options o;
+  o.schedule = {0.25, 0.5, 1, 2, 2};  // 0.25 at step 1, 0.4375 at 3, 0.5 from 5
+  hone::trainer<bound_two_layer, hone::adamw, hc::magnitude_pruning> t(net, hone::adamw{0.05f},
+                                                                       hc::magnitude_pruning(o));
+  BOOST_TEST(t.zero_copy());
+  for (unsigned step = 1; step <= 8; ++step) {
+    t.step(make_batch(8, 64, step));
+    const hc::mask_arena& m = t.weight_constraint().masks();
+    BOOST_TEST(m.pruned() == static_cast<std::size_t>(std::floor(o.schedule.at(step) * 64.0)));
+    for (std::size_t i = 0; i < 2; ++i) {
+      for (std::size_t j = 0; j < m.tensor(i).size(); ++j) {
+        if (m.tensor(i)[j] == 0) BOOST_TEST(net.values.view(i)[j] == 0.0f);
+      }
+    }
   }
 }
 
