@@ -14,16 +14,16 @@
 //                             sparse: hone::compress::sparse24_matmul on the packed matrix (impl
 //                             hone). Variant hone_dense: the same loop structure on the dense
 //                             pruned matrix (four axpys per group instead of two; for M = 1 the
-//                             dense dot product per row, as the matvec the 2:4 kernel then runs). Peer:
-//                             torch_distill.py runs F.linear(X, W) with the dense pruned W (a BLAS
-//                             GEMM). X, W normal(0, 1), fixed seeds; sizes: M, K, N.
+//                             dense dot product per row, as the matvec the 2:4 kernel then runs).
+//                             Peer: torch_distill.py runs F.linear(X, W) with the dense pruned W (a
+//                             BLAS GEMM). X, W normal(0, 1), fixed seeds; sizes: M, K, N.
 //
 //   structured50_mlp_m64_d2048  two linear layers d -> d -> d (no bias, no activation) on M = 64
-//                             inputs, after hone::compress::prune_neurons(net, 0.5) removed half the
-//                             hidden neurons (W1 [1024, 2048], W2 [2048, 1024]; impl hone), against
-//                             the unpruned layers (hone_dense), both through dense_linear below (the
-//                             loops of the 2:4 kernel on dense rows). Peer: torch F.linear twice on
-//                             the pruned shapes. Sizes: M, d.
+//                             inputs, after hone::compress::prune_neurons(net, 0.5) removed half
+//                             the hidden neurons (W1 [1024, 2048], W2 [2048, 1024]; impl hone),
+//                             against the unpruned layers (hone_dense), both through dense_linear
+//                             below (the loops of the 2:4 kernel on dense rows). Peer: torch
+//                             F.linear twice on the pruned shapes. Sizes: M, d.
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -136,9 +136,8 @@ void dense_linear(const float* w, std::size_t n, std::size_t k, const std::vecto
                           const float* wr = w + r * k;
                           float* a = acc.data() + (r - r0) * m;
                           for (std::size_t j = jb; j < je; j += 2) {
-                            hone::compress::detail::sparse24_axpy2(a, wr[j], xt.data() + j * m,
-                                                                   wr[j + 1],
-                                                                   xt.data() + (j + 1) * m, m);
+                            hone::compress::detail::sparse24_axpy2(
+                                a, wr[j], xt.data() + j * m, wr[j + 1], xt.data() + (j + 1) * m, m);
                           }
                         }
                       }
@@ -187,8 +186,8 @@ struct two_linear {
 constexpr std::size_t structured_m = 64, structured_d = 2048;
 
 const std::string& structured_name() {
-  static const std::string n = "structured50_mlp_m" + std::to_string(structured_m) + "_d" +
-                               std::to_string(structured_d);
+  static const std::string n =
+      "structured50_mlp_m" + std::to_string(structured_m) + "_d" + std::to_string(structured_d);
   return n;
 }
 

@@ -20,8 +20,8 @@ struct reference_double {
   double loss = 0, kl = 0, ce = 0;
   std::vector<double> grad;
 };
-reference_double compute_double(std::size_t batch, std::size_t classes,
-                                const std::vector<float>& s, const std::vector<float>& t,
+reference_double compute_double(std::size_t batch, std::size_t classes, const std::vector<float>& s,
+                                const std::vector<float>& t,
                                 const std::vector<std::int32_t>& labels, double temperature,
                                 double alpha, double grad_scale = 1.0);
 
@@ -63,8 +63,7 @@ inline reference compute(std::size_t batch, std::size_t classes, const std::vect
     for (std::size_t j = 0; j < classes; ++j) {
       long double g = a * T * (std::exp(ls[j]) - std::exp(lt[j]));
       if (!labels.empty()) {
-        g += (1 - a) *
-             (std::exp(l1[j]) - (j == static_cast<std::size_t>(labels[i]) ? 1.0L : 0.0L));
+        g += (1 - a) * (std::exp(l1[j]) - (j == static_cast<std::size_t>(labels[i]) ? 1.0L : 0.0L));
       }
       r.grad[i * classes + j] = g / B * grad_scale;
     }

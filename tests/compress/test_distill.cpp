@@ -45,8 +45,8 @@ run_result run(std::size_t batch, std::size_t classes, const std::vector<float>&
 void check_against_reference(std::size_t batch, std::size_t classes, const std::vector<float>& s,
                              const std::vector<float>& t, const std::vector<std::int32_t>& labels,
                              const hc::distill_options& o, const std::string& what) {
-  BOOST_TEST_CONTEXT(what << " batch " << batch << " classes " << classes << " T "
-                          << o.temperature << " alpha " << o.alpha) {
+  BOOST_TEST_CONTEXT(what << " batch " << batch << " classes " << classes << " T " << o.temperature
+                          << " alpha " << o.alpha) {
     const run_result r = run(batch, classes, s, t, labels, o);
     const auto ref = compute(batch, classes, s, t, labels, o.temperature, o.alpha, o.grad_scale);
     float max_abs = 0.0f;
@@ -101,8 +101,8 @@ BOOST_AUTO_TEST_CASE(reference_gradient_matches_finite_differences) {
 
 BOOST_AUTO_TEST_CASE(matches_reference_on_random_logits) {
   std::uint32_t seed = 100;
-  for (const std::size_t classes : {std::size_t{1}, std::size_t{3}, std::size_t{17},
-                                    std::size_t{1000}, std::size_t{1029}}) {
+  for (const std::size_t classes :
+       {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{1000}, std::size_t{1029}}) {
     const std::size_t batch = 9;
     const auto s = random_logits(batch * classes, 5.0f, ++seed);
     const auto t = random_logits(batch * classes, 5.0f, ++seed, 1.5f);
@@ -249,15 +249,21 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_sentences) {
     return std::string("no error");
   };
   auto has = [](const std::string& m, const std::string& part) {
-    BOOST_TEST_CONTEXT(m) { BOOST_TEST(m.find(part) != std::string::npos); }
+    BOOST_TEST_CONTEXT(m) {
+      BOOST_TEST(m.find(part) != std::string::npos);
+    }
   };
-  has(message([&] { hc::distill_loss({batch, 5}, s, t, labels, g); }),
+  has(message([&] {
+        hc::distill_loss({batch, 5}, s, t, labels, g);
+      }),
       "the student logits hold 12 values but the shape [3, 5] needs 15");
   has(message([&] {
         hc::distill_loss({batch, classes}, s, std::span(t).first(8), labels, g);
       }),
       "the teacher logits hold 8 values");
-  has(message([&] { hc::distill_loss({batch, classes}, s, t, labels, std::span(g).first(5)); }),
+  has(message([&] {
+        hc::distill_loss({batch, classes}, s, t, labels, std::span(g).first(5));
+      }),
       "the gradient buffer holds 5 values");
   has(message([&] {
         const std::vector<std::int32_t> l{0, 4, 1};
@@ -269,14 +275,24 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_sentences) {
         hc::distill_loss({batch, classes}, s, t, l, g);
       }),
       "the label of row 2 is -1");
-  has(message([&] { hc::distill_loss({batch, classes}, s, t, std::span(labels).first(2), g); }),
+  has(message([&] {
+        hc::distill_loss({batch, classes}, s, t, std::span(labels).first(2), g);
+      }),
       "there are 2 labels for 3 rows");
-  has(message([&] { hc::distill_loss({batch, classes}, s, t, {}, g, {1.0f, 0.5f}); }),
+  has(message([&] {
+        hc::distill_loss({batch, classes}, s, t, {}, g, {1.0f, 0.5f});
+      }),
       "no labels were given but alpha is 0.5");
-  has(message([&] { hc::distill_loss({batch, classes}, s, t, labels, g, {0.0f, 0.5f}); }),
+  has(message([&] {
+        hc::distill_loss({batch, classes}, s, t, labels, g, {0.0f, 0.5f});
+      }),
       "the temperature is 0");
-  has(message([&] { hc::distill_loss({batch, classes}, s, t, labels, g, {1.0f, 1.5f}); }),
+  has(message([&] {
+        hc::distill_loss({batch, classes}, s, t, labels, g, {1.0f, 1.5f});
+      }),
       "alpha is 1.5");
-  has(message([&] { hc::distill_loss({0, classes}, {}, {}, {}, {}); }),
+  has(message([&] {
+        hc::distill_loss({0, classes}, {}, {}, {}, {});
+      }),
       "a batch needs at least one row");
 }

@@ -70,9 +70,8 @@ void compare(std::size_t batch, std::size_t classes, const std::vector<float>& s
     const gpu_result g = run_gpu(batch, classes, s, t, labels, o);
     std::vector<float> hg(s.size());
     const hc::distill_value h = hc::distill_loss({batch, classes}, s, t, labels, hg, o);
-    const auto ref =
-        distill_test::compute_double(batch, classes, s, t, labels, o.temperature, o.alpha,
-                                     o.grad_scale);
+    const auto ref = distill_test::compute_double(batch, classes, s, t, labels, o.temperature,
+                                                  o.alpha, o.grad_scale);
     float max_abs = 0.0f;
     for (const float x : s) max_abs = std::fmax(max_abs, std::fabs(x));
     for (const float x : t) max_abs = std::fmax(max_abs, std::fabs(x));
@@ -100,8 +99,8 @@ BOOST_TEST_GLOBAL_FIXTURE(gpu_fixture);
 
 BOOST_AUTO_TEST_CASE(matches_host_and_reference) {
   std::uint32_t seed = 1;
-  for (const std::size_t classes : {std::size_t{1}, std::size_t{17}, std::size_t{1029},
-                                    std::size_t{32000}}) {
+  for (const std::size_t classes :
+       {std::size_t{1}, std::size_t{17}, std::size_t{1029}, std::size_t{32000}}) {
     const std::size_t batch = classes > 10000 ? 3 : 9;
     const auto s = random_logits(batch * classes, 6.0f, ++seed);
     const auto t = random_logits(batch * classes, 6.0f, ++seed, 1.0f);

@@ -52,7 +52,8 @@ struct two_layer {
       }
       const float e = pred - bt.y[r];
       loss += e * e / static_cast<float>(rows);
-      for (std::size_t c = 0; c < dim; ++c) g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
+      for (std::size_t c = 0; c < dim; ++c)
+        g[c] += 2 * e * bt.x[r * dim + c] / static_cast<float>(rows);
       gbias += 2 * e / static_cast<float>(rows);
     }
     for (std::size_t c = 0; c < d1; ++c) g1[c] = T(g[c] * scale);
@@ -336,7 +337,9 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_sentence) {
     return std::string("no error");
   };
   auto has = [](const std::string& m, const std::string& part) {
-    BOOST_TEST_CONTEXT(m) { BOOST_TEST(m.find(part) != std::string::npos); }
+    BOOST_TEST_CONTEXT(m) {
+      BOOST_TEST(m.find(part) != std::string::npos);
+    }
   };
   const auto layout = layout_of({{"w", 10}});
   hc::mask_arena m(layout, hc::prunable_by_default);

@@ -84,8 +84,8 @@ BOOST_AUTO_TEST_CASE(packed_layout_bit_for_bit) {
 
 BOOST_AUTO_TEST_CASE(kernels_match_the_dense_product) {
   // 1032 columns: 258 groups, so the matmul's column blocks of 64 groups end in a partial one.
-  for (const std::size_t cols : {std::size_t{4}, std::size_t{12}, std::size_t{256},
-                                 std::size_t{1032}}) {
+  for (const std::size_t cols :
+       {std::size_t{4}, std::size_t{12}, std::size_t{256}, std::size_t{1032}}) {
     const std::size_t rows = 33;
     const auto w = random_matrix(rows * cols, 7, false);
     const auto m = hc::sparse24_matrix::prune(w, rows, cols);
@@ -138,7 +138,9 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_sentence) {
     return std::string("no error");
   };
   auto has = [](const std::string& m, const std::string& part) {
-    BOOST_TEST_CONTEXT(m) { BOOST_TEST(m.find(part) != std::string::npos); }
+    BOOST_TEST_CONTEXT(m) {
+      BOOST_TEST(m.find(part) != std::string::npos);
+    }
   };
   const std::vector<float> w(12, 1.0f);
   has(message([&] { (void)hc::sparse24_matrix::prune(w, 2, 6); }), "a multiple of 4");

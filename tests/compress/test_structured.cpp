@@ -81,7 +81,8 @@ std::vector<std::size_t> oracle_keep(const hc::neuron_layer_view& v, std::size_t
   }
   std::vector<std::size_t> idx(v.neurons);
   std::iota(idx.begin(), idx.end(), std::size_t{0});
-  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::size_t a, std::size_t b) { return s[a] > s[b]; });
   idx.resize(keep);
   std::sort(idx.begin(), idx.end());
   return idx;
@@ -134,7 +135,8 @@ BOOST_AUTO_TEST_CASE(pruned_mlp_is_smaller_and_computes_the_masked_function) {
           for (std::size_t j = 0; j < keep.size(); ++j) {
             if (keep[j]) continue;
             masked.b[l][j] = 0.0f;
-            for (std::size_t c = 0; c < masked.dims[l]; ++c) masked.w[l][j * masked.dims[l] + c] = 0.0f;
+            for (std::size_t c = 0; c < masked.dims[l]; ++c)
+              masked.w[l][j * masked.dims[l] + c] = 0.0f;
           }
         }
         std::mt19937 rng(4);
@@ -159,13 +161,17 @@ BOOST_AUTO_TEST_CASE(bad_input_is_a_sentence) {
     return std::string("no error");
   };
   auto has = [](const std::string& m, const std::string& part) {
-    BOOST_TEST_CONTEXT(m) { BOOST_TEST(m.find(part) != std::string::npos); }
+    BOOST_TEST_CONTEXT(m) {
+      BOOST_TEST(m.find(part) != std::string::npos);
+    }
   };
   mlp net({4, 6, 5, 2});
   has(message([&] { hc::prune_neurons(net, 1.0); }), "the fraction is 1.0");
   has(message([&] { hc::prune_neurons(net, -0.1); }), "it must lie in [0, 1)");
   const std::vector<float> in(7);
-  has(message([&] { (void)hc::neuron_norms({in, 2, 4}); }),
+  has(message([&] {
+        (void)hc::neuron_norms({in, 2, 4});
+      }),
       "the input matrix holds 7 values, not neurons * in_features = 2 * 4");
   const std::vector<std::size_t> bad{3};
   has(message([&] { (void)hc::keep_rows(in, 7, 1, std::vector<std::size_t>{9}); }), "row 9");

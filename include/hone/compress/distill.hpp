@@ -10,7 +10,8 @@
 // reduction='batchmean') + (1 - alpha) * F.cross_entropy(s, y)`). The gradient with respect to the
 // student logits is, per element,
 //
-//   d loss / d s_ij = [alpha * T * (p^T(s)_ij - p^T(t)_ij) + (1 - alpha) * (p^1(s)_ij - [j == y_i])]
+//   d loss / d s_ij = [alpha * T * (p^T(s)_ij - p^T(t)_ij) + (1 - alpha) * (p^1(s)_ij - [j ==
+//   y_i])]
 //                     / batch
 //
 // (times options.grad_scale, for a loss-scaled backward pass). The teacher receives no gradient.
@@ -145,8 +146,9 @@ struct distill_row_terms {
 /// Pass 1: the row maxima, and whether every logit is finite (x - x is 0 for a finite x, NaN for
 /// an infinity or a NaN).
 HONE_DETAIL_DISTILL_VECTORIZE inline bool distill_row_max(const float* HONE_RESTRICT s,
-                                                    const float* HONE_RESTRICT t, std::size_t n,
-                                                    float& max_s, float& max_t) {
+                                                          const float* HONE_RESTRICT t,
+                                                          std::size_t n, float& max_s,
+                                                          float& max_t) {
   constexpr std::size_t L = distill_lanes;
   float ms[L], mt[L], ck[L];
   for (std::size_t k = 0; k < L; ++k) {
@@ -210,12 +212,10 @@ HONE_FORCEINLINE void distill_sum_element(const float* s, const float* HONE_REST
 /// exponentials are kept for pass 3: e^((s - max_s)/T) in es, the teacher's in et, e^(s - max_s)
 /// in e1 (es may be the student row itself: each element is read before it is written).
 template <bool SameT, bool CE, bool Store>
-HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(const float* s, const float* HONE_RESTRICT t,
-                                                     std::size_t n, float max_s, float max_t,
-                                                     float inv_t, float* es,
-                                                     float* HONE_RESTRICT et,
-                                                     float* HONE_RESTRICT e1, double& zs,
-                                                     double& zt, double& z1, double& cross) {
+HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(
+    const float* s, const float* HONE_RESTRICT t, std::size_t n, float max_s, float max_t,
+    float inv_t, float* es, float* HONE_RESTRICT et, float* HONE_RESTRICT e1, double& zs,
+    double& zt, double& z1, double& cross) {
   constexpr std::size_t L = distill_lanes;
   // Float partial sums over blocks of 1024 logits, gathered into double partial sums after each
   // block: the sums of a 32 Ki-class row keep about 1e-7 relative error instead of 1e-5.
@@ -229,13 +229,13 @@ HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(const float* s, const
     std::size_t j = b;
     for (; j + L <= end; j += L) {
       for (std::size_t k = 0; k < L; ++k) {
-        distill_sum_element<SameT, CE, Store>(s, t, j + k, k, max_s, max_t, inv_t, es, et, e1,
-                                              as, at, a1, ax);
+        distill_sum_element<SameT, CE, Store>(s, t, j + k, k, max_s, max_t, inv_t, es, et, e1, as,
+                                              at, a1, ax);
       }
     }
     for (std::size_t k = 0; j < end; ++j, ++k) {
-      distill_sum_element<SameT, CE, Store>(s, t, j, k, max_s, max_t, inv_t, es, et, e1, as, at,
-                                            a1, ax);
+      distill_sum_element<SameT, CE, Store>(s, t, j, k, max_s, max_t, inv_t, es, et, e1, as, at, a1,
+                                            ax);
     }
     for (std::size_t k = 0; k < L; ++k) {
       ds[k] += as[k];
@@ -260,9 +260,10 @@ HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(const float* s, const
 /// Pass 3 of a row: g = cs * es - ct * et + c1 * e1 (e1 == es when T == 1); g may be es itself.
 template <bool SameT, bool CE>
 HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_grad(float* g, const float* es,
-                                                     const float* HONE_RESTRICT et,
-                                                     const float* HONE_RESTRICT e1, std::size_t n,
-                                                     float cs, float ct, float c1) {
+                                                           const float* HONE_RESTRICT et,
+                                                           const float* HONE_RESTRICT e1,
+                                                           std::size_t n, float cs, float ct,
+                                                           float c1) {
   if constexpr (CE && !SameT) {
     for (std::size_t j = 0; j < n; ++j) g[j] = cs * es[j] - ct * et[j] + c1 * e1[j];
   } else {
@@ -302,20 +303,19 @@ distill_row_terms distill_row(const distill_plan& p, std::size_t i, float* scrat
   const double s_y = CE ? static_cast<double>(s[y]) : 0.0;  // read before g (maybe s) is written
   double zs = 0.0, zt = 0.0, z1 = 0.0, cross = 0.0;
   if (g != nullptr) {
-    distill_row_sums<SameT, CE, true>(s, t, n, max_s, max_t, inv_t, g, scratch, scratch + n, zs,
-                                      zt, z1, cross);
+    distill_row_sums<SameT, CE, true>(s, t, n, max_s, max_t, inv_t, g, scratch, scratch + n, zs, zt,
+                                      z1, cross);
   } else {
-    distill_row_sums<SameT, CE, false>(s, t, n, max_s, max_t, inv_t, nullptr, nullptr, nullptr,
-                                       zs, zt, z1, cross);
+    distill_row_sums<SameT, CE, false>(s, t, n, max_s, max_t, inv_t, nullptr, nullptr, nullptr, zs,
+                                       zt, z1, cross);
   }
   // KL(pt || ps) = sum_j pt_j (t_j - s_j) / T - (lse(t/T) - lse(s/T)), with
   // lse(x/T) = max(x)/T + log(sum_j e^((x_j - max(x))/T)).
   const double T = p.temperature;
-  const double lse_diff = (static_cast<double>(max_t) - static_cast<double>(max_s)) / T +
-                          std::log(zt) - std::log(zs);
+  const double lse_diff =
+      (static_cast<double>(max_t) - static_cast<double>(max_s)) / T + std::log(zt) - std::log(zs);
   const double kl = cross / zt / T - lse_diff;
-  const double ce =
-      CE ? static_cast<double>(max_s) + std::log(z1) - s_y : 0.0;
+  const double ce = CE ? static_cast<double>(max_s) + std::log(z1) - s_y : 0.0;
   if (g != nullptr) {
     const double per_row = p.grad_scale / static_cast<double>(p.shape.batch);
     const double kd = p.alpha * T * per_row;
@@ -417,9 +417,9 @@ inline void check_distill_arguments(logits_shape shape, std::size_t student_size
                      ", so the cross-entropy term needs them; pass one label per row, or "
                      "alpha = 1 for the distillation term alone.");
   } else {
-    HONE_REQUIRE(labels_size == shape.batch,
-                 f + "there are " + std::to_string(labels_size) + " labels for " +
-                     std::to_string(shape.batch) + " rows; pass one label per row.");
+    HONE_REQUIRE(labels_size == shape.batch, f + "there are " + std::to_string(labels_size) +
+                                                 " labels for " + std::to_string(shape.batch) +
+                                                 " rows; pass one label per row.");
   }
 }
 
@@ -436,8 +436,8 @@ inline distill_value distill_loss(logits_shape shape, std::span<const float> stu
                                   std::span<const std::int32_t> labels,
                                   std::span<float> grad_student,
                                   const distill_options& options = {}) {
-  check_distill_arguments(shape, student.size(), teacher.size(), labels.size(),
-                          grad_student.size(), options);
+  check_distill_arguments(shape, student.size(), teacher.size(), labels.size(), grad_student.size(),
+                          options);
   for (std::size_t i = 0; i < labels.size(); ++i) {
     HONE_REQUIRE(labels[i] >= 0 && static_cast<std::size_t>(labels[i]) < shape.classes,
                  "hone::compress::distill_loss: the label of row " + std::to_string(i) + " is " +

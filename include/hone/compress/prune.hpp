@@ -26,9 +26,9 @@
 // The policy (role weight_constraint) runs after every applied update: at a pruning step it prunes
 // from the updated master weights, then it zeroes the pruned master weights (and publishes them to
 // the model's working weights when those are a separate copy, e.g. bf16_mixed), so a pruned weight
-// is exactly zero in the model after every step, whatever the optimizer's moments say. Host trainers
-// only (the CUDA trainer's master weights are device memory). Its masks travel in checkpoints
-// through hone/compress/prune_checkpoint.hpp.
+// is exactly zero in the model after every step, whatever the optimizer's moments say. Host
+// trainers only (the CUDA trainer's master weights are device memory). Its masks travel in
+// checkpoints through hone/compress/prune_checkpoint.hpp.
 #pragma once
 
 #include <oneapi/tbb/blocked_range.h>
@@ -63,11 +63,11 @@ enum class prune_scope : std::uint8_t {
 
 /// Zhu & Gupta's gradual cubic sparsity schedule (see the top of this file).
 struct cubic_sparsity_schedule {
-  double initial = 0.0;           ///< s_i, the sparsity of the first pruning step, in [0, 1]
-  double target = 0.5;            ///< s_f, the final sparsity, in [initial, 1]
-  std::uint64_t begin_step = 0;   ///< t0, the first pruning step
-  std::uint64_t every = 1;        ///< dt, steps between two pruning steps (> 0)
-  std::uint64_t prunings = 1;     ///< n, pruning steps after t0 until s_f is reached (> 0)
+  double initial = 0.0;          ///< s_i, the sparsity of the first pruning step, in [0, 1]
+  double target = 0.5;           ///< s_f, the final sparsity, in [initial, 1]
+  std::uint64_t begin_step = 0;  ///< t0, the first pruning step
+  std::uint64_t every = 1;       ///< dt, steps between two pruning steps (> 0)
+  std::uint64_t prunings = 1;    ///< n, pruning steps after t0 until s_f is reached (> 0)
 
   /// Throws hone::config_error naming the field that cannot work.
   void check() const {
@@ -94,7 +94,9 @@ struct cubic_sparsity_schedule {
 using prunable_predicate = std::function<bool(std::string_view)>;
 
 /// The default predicate: every tensor but biases and normalization parameters.
-inline bool prunable_by_default(std::string_view name) { return !is_no_decay_name(name); }
+inline bool prunable_by_default(std::string_view name) {
+  return !is_no_decay_name(name);
+}
 
 /// One byte per element of an fp32 arena layout (1 kept, 0 pruned) and which slots may be pruned.
 class mask_arena {
@@ -137,9 +139,9 @@ class mask_arena {
   }
   /// pruned() / prunable_count() (0 without prunable elements).
   [[nodiscard]] double sparsity() const {
-    return prunable_count_ == 0 ? 0.0
-                                : static_cast<double>(pruned()) /
-                                      static_cast<double>(prunable_count_);
+    return prunable_count_ == 0
+               ? 0.0
+               : static_cast<double>(pruned()) / static_cast<double>(prunable_count_);
   }
   /// Sets every pruned element of `weights` (laid out as the layout, padding included) to +0.0.
   void apply(std::span<float> weights) const {
@@ -170,7 +172,8 @@ namespace detail {
 /// magnitude until floor(sparsity * idx.size()) are pruned.
 inline void prune_group(std::span<const float> w, std::span<std::uint8_t> keep,
                         const std::vector<std::size_t>& idx, double sparsity) {
-  const auto want = static_cast<std::size_t>(std::floor(sparsity * static_cast<double>(idx.size())));
+  const auto want =
+      static_cast<std::size_t>(std::floor(sparsity * static_cast<double>(idx.size())));
   std::vector<std::pair<float, std::size_t>> kept;
   kept.reserve(idx.size());
   std::size_t already = 0;

@@ -35,7 +35,8 @@ namespace compress {
 inline constexpr std::string_view pruning_masks_file = "masks.safetensors";
 
 /// Adds the trainer's pruning masks and level to snapshot `s` (masks.safetensors). Before the first
-/// update the masks are built on the trainer's layout (nothing pruned) so that the file is complete.
+/// update the masks are built on the trainer's layout (nothing pruned) so that the file is
+/// complete.
 template <class Trainer>
 void capture_pruning(Trainer& t, checkpoint::snapshot& s) {
   magnitude_pruning& p = t.weight_constraint();
@@ -52,9 +53,9 @@ void capture_pruning(Trainer& t, checkpoint::snapshot& s) {
   s.set_metadata(pruning_masks_file, "pruning_level", level);
 }
 
-/// Restores the masks and level saved by capture_pruning from checkpoint directory `dir`, and zeroes
-/// the pruned master weights (publishing them to the model). Throws hone::checkpoint_error when the
-/// file is missing or does not match the trainer's prunable tensors (naming the tensor).
+/// Restores the masks and level saved by capture_pruning from checkpoint directory `dir`, and
+/// zeroes the pruned master weights (publishing them to the model). Throws hone::checkpoint_error
+/// when the file is missing or does not match the trainer's prunable tensors (naming the tensor).
 template <class Trainer>
 void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
   magnitude_pruning& p = t.weight_constraint();
@@ -91,7 +92,8 @@ void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
   char* end = nullptr;
   const double level = std::strtod(it->second.c_str(), &end);
   if (end == it->second.c_str() || *end != '\0' || !(level >= 0.0 && level <= 1.0)) {
-    throw checkpoint_error(where + "pruning_level '" + it->second + "' is not a sparsity in [0, 1].");
+    throw checkpoint_error(where + "pruning_level '" + it->second +
+                           "' is not a sparsity in [0, 1].");
   }
   p.restore(std::move(m), level);
   p.masks().apply(t.master_weights());

@@ -11,8 +11,8 @@
 // of those values within their group as 2-bit numbers, the first in bits 0-1 and the second in bits
 // 2-3 of a nibble, two groups per byte (group 2j in the low nibble, 2j+1 in the high one),
 // (cols / 4 + 1) / 2 bytes per row. This is the layout of NVIDIA's sparse tensor cores (values
-// compressed to half the columns, 2-bit metadata per kept value); the weights take 9/16 of the dense
-// bytes.
+// compressed to half the columns, 2-bit metadata per kept value); the weights take 9/16 of the
+// dense bytes.
 //
 // Kernels: sparse24_matvec (y = W x) and sparse24_matmul (Y = X W^T for M rows of X: a linear
 // layer's forward pass). The matmul works on X^T (transposed once into scratch) so that every kept
@@ -56,10 +56,12 @@ class sparse24_matrix {
         const float* q = w.data() + r * cols + 4 * g;
         float a[4];
         for (int k = 0; k < 4; ++k) {
-          HONE_REQUIRE(!std::isnan(q[k]), "hone::compress::sparse24_matrix::prune: the weight at "
-                                          "row " + std::to_string(r) + ", column " +
-                                              std::to_string(4 * g + static_cast<std::size_t>(k)) +
-                                              " is NaN; magnitudes of NaN cannot be ranked.");
+          HONE_REQUIRE(!std::isnan(q[k]),
+                       "hone::compress::sparse24_matrix::prune: the weight at "
+                       "row " +
+                           std::to_string(r) + ", column " +
+                           std::to_string(4 * g + static_cast<std::size_t>(k)) +
+                           " is NaN; magnitudes of NaN cannot be ranked.");
           a[k] = std::fabs(q[k]);
         }
         // The two largest: first the largest (lowest column on ties), then the largest of the rest.
@@ -245,10 +247,9 @@ inline void sparse24_matmul(const sparse24_matrix& w, std::span<const float> x, 
             float* a = acc.data() + (r - r0) * m;
             for (std::size_t g = gb; g < ge; ++g) {
               const auto [i0, i1] = w.group_positions(r, g);
-              detail::sparse24_axpy2(a, v[2 * g],
-                                     xt.data() + (4 * g + static_cast<std::size_t>(i0)) * m,
-                                     v[2 * g + 1],
-                                     xt.data() + (4 * g + static_cast<std::size_t>(i1)) * m, m);
+              detail::sparse24_axpy2(
+                  a, v[2 * g], xt.data() + (4 * g + static_cast<std::size_t>(i0)) * m, v[2 * g + 1],
+                  xt.data() + (4 * g + static_cast<std::size_t>(i1)) * m, m);
             }
           }
         }

@@ -43,7 +43,7 @@ namespace compress {
 
 /// One layer of neurons as the model shows it (row-major fp32 matrices).
 struct neuron_layer_view {
-  std::span<const float> in;     ///< [neurons, in_features]: row j produces neuron j
+  std::span<const float> in;  ///< [neurons, in_features]: row j produces neuron j
   std::size_t neurons = 0;
   std::size_t in_features = 0;
   std::span<const float> out{};  ///< [out_features, neurons]: column j reads neuron j (or empty)
@@ -68,18 +68,25 @@ concept neuron_prunable = requires(M& m, const M& cm, std::size_t layer,
 /// static_assert(check_neuron_prunable<M>()): says which member of the hook M lacks.
 template <class M>
 consteval bool check_neuron_prunable() {
-  static_assert(requires(const M& m) {
-    { m.neuron_layer_count() } -> std::convertible_to<std::size_t>;
-  }, "hone::compress: the model has no const member function neuron_layer_count() returning the "
-     "number of its layers of neurons (see hone/compress/structured.hpp).");
-  static_assert(requires(const M& m, std::size_t l) {
-    { m.neuron_layer(l) } -> std::convertible_to<hone::compress::neuron_layer_view>;
-  }, "hone::compress: the model has no const member function neuron_layer(std::size_t) returning "
-     "a hone::compress::neuron_layer_view (the matrices that produce and read a layer's neurons).");
-  static_assert(requires(M& m, std::size_t l, std::span<const std::size_t> kept) {
-    m.keep_neurons(l, kept);
-  }, "hone::compress: the model has no member function keep_neurons(std::size_t layer, "
-     "std::span<const std::size_t> kept) that shrinks its matrices to the kept neurons.");
+  static_assert(
+      requires(const M& m) {
+        { m.neuron_layer_count() } -> std::convertible_to<std::size_t>;
+      },
+      "hone::compress: the model has no const member function neuron_layer_count() returning the "
+      "number of its layers of neurons (see hone/compress/structured.hpp).");
+  static_assert(
+      requires(const M& m, std::size_t l) {
+        { m.neuron_layer(l) } -> std::convertible_to<hone::compress::neuron_layer_view>;
+      },
+      "hone::compress: the model has no const member function neuron_layer(std::size_t) returning "
+      "a hone::compress::neuron_layer_view (the matrices that produce and read a layer's "
+      "neurons).");
+  static_assert(
+      requires(M & m, std::size_t l, std::span<const std::size_t> kept) {
+        m.keep_neurons(l, kept);
+      },
+      "hone::compress: the model has no member function keep_neurons(std::size_t layer, "
+      "std::span<const std::size_t> kept) that shrinks its matrices to the kept neurons.");
   return neuron_prunable<M>;
 }
 
@@ -131,10 +138,9 @@ inline std::vector<std::size_t> select_neurons(std::span<const double> scores, s
 /// Rows `kept` of a row-major [rows, cols] matrix (a producing matrix or a bias with cols = 1).
 inline std::vector<float> keep_rows(std::span<const float> m, std::size_t rows, std::size_t cols,
                                     std::span<const std::size_t> kept) {
-  HONE_REQUIRE(m.size() == rows * cols, "hone::compress::keep_rows: the matrix holds " +
-                                            std::to_string(m.size()) + " values, not " +
-                                            std::to_string(rows) + " * " + std::to_string(cols) +
-                                            ".");
+  HONE_REQUIRE(m.size() == rows * cols,
+               "hone::compress::keep_rows: the matrix holds " + std::to_string(m.size()) +
+                   " values, not " + std::to_string(rows) + " * " + std::to_string(cols) + ".");
   std::vector<float> out;
   out.reserve(kept.size() * cols);
   for (const std::size_t r : kept) {
@@ -149,10 +155,9 @@ inline std::vector<float> keep_rows(std::span<const float> m, std::size_t rows, 
 /// Columns `kept` of a row-major [rows, cols] matrix (a reading matrix).
 inline std::vector<float> keep_cols(std::span<const float> m, std::size_t rows, std::size_t cols,
                                     std::span<const std::size_t> kept) {
-  HONE_REQUIRE(m.size() == rows * cols, "hone::compress::keep_cols: the matrix holds " +
-                                            std::to_string(m.size()) + " values, not " +
-                                            std::to_string(rows) + " * " + std::to_string(cols) +
-                                            ".");
+  HONE_REQUIRE(m.size() == rows * cols,
+               "hone::compress::keep_cols: the matrix holds " + std::to_string(m.size()) +
+                   " values, not " + std::to_string(rows) + " * " + std::to_string(cols) + ".");
   for (const std::size_t c : kept) {
     HONE_REQUIRE(c < cols, "hone::compress::keep_cols: column " + std::to_string(c) +
                                " is outside the matrix's " + std::to_string(cols) + " columns.");
@@ -188,8 +193,10 @@ std::vector<std::vector<std::size_t>> prune_neurons(M& model, double fraction,
       throw config_error("hone::compress::prune_neurons: layer " + std::to_string(l) + ": " +
                          e.what());
     }
-    const auto drop = static_cast<std::size_t>(std::floor(fraction * static_cast<double>(v.neurons)));
-    const std::size_t keep = v.neurons - drop > 0 ? v.neurons - drop : std::min<std::size_t>(1, v.neurons);
+    const auto drop =
+        static_cast<std::size_t>(std::floor(fraction * static_cast<double>(v.neurons)));
+    const std::size_t keep =
+        v.neurons - drop > 0 ? v.neurons - drop : std::min<std::size_t>(1, v.neurons);
     std::vector<std::size_t> kept = select_neurons(scores, keep);
     model.keep_neurons(l, std::span<const std::size_t>(kept));
     kept_all.push_back(std::move(kept));

@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(Threads) distill_rows_kernel(distill_device_ar
     if (threadIdx.x == 0) {
       a.row_kl[i] = __longlong_as_double(0x7ff8000000000000LL);
       a.row_ce[i] = __longlong_as_double(0x7ff8000000000000LL);
-      a.row_status[i] = bad == distill_row_bad_label ? distill_row_bad_label : distill_row_nonfinite;
+      a.row_status[i] =
+          bad == distill_row_bad_label ? distill_row_bad_label : distill_row_nonfinite;
     }
     return;
   }
@@ -165,9 +166,9 @@ __global__ void __launch_bounds__(Threads) distill_rows_kernel(distill_device_ar
   }
 }
 
-/// out[0] = sum of row_kl, out[1] = sum of row_ce (each thread a fixed strided set of rows in order,
-/// then the block in a fixed order); first_bad[0] = the first row with a status, first_bad[1] its
-/// status (batch and 0 when none).
+/// out[0] = sum of row_kl, out[1] = sum of row_ce (each thread a fixed strided set of rows in
+/// order, then the block in a fixed order); first_bad[0] = the first row with a status,
+/// first_bad[1] its status (batch and 0 when none).
 template <int Threads>
 __global__ void __launch_bounds__(Threads)
     distill_sum_kernel(const double* row_kl, const double* row_ce, const int* row_status,
@@ -212,28 +213,29 @@ class distill_workspace {
                const std::int32_t* labels, float* grad, const distill_options& options,
                cudaStream_t stream) {
     const std::size_t count = shape.batch * shape.classes;
-    check_distill_arguments(shape, student != nullptr ? count : 0,
-                            teacher != nullptr ? count : 0, labels != nullptr ? shape.batch : 0,
-                            grad != nullptr ? count : 0, options);
+    check_distill_arguments(shape, student != nullptr ? count : 0, teacher != nullptr ? count : 0,
+                            labels != nullptr ? shape.batch : 0, grad != nullptr ? count : 0,
+                            options);
     HONE_REQUIRE(shape.batch <= static_cast<std::size_t>(std::numeric_limits<int>::max()),
                  "hone::compress::distill_workspace: a batch of " + std::to_string(shape.batch) +
                      " rows exceeds the grid's limit; split it.");
     reserve(shape.batch);
     shape_ = shape;
     options_ = options;
-    detail::distill_device_args a{shape.batch,
-                                  shape.classes,
-                                  student,
-                                  teacher,
-                                  labels,
-                                  grad,
-                                  static_cast<float>(1.0 / static_cast<double>(options.temperature)),
-                                  static_cast<double>(options.temperature),
-                                  static_cast<double>(options.alpha),
-                                  static_cast<double>(options.grad_scale),
-                                  row_kl_.data(),
-                                  row_ce_.data(),
-                                  row_status_.data()};
+    detail::distill_device_args a{
+        shape.batch,
+        shape.classes,
+        student,
+        teacher,
+        labels,
+        grad,
+        static_cast<float>(1.0 / static_cast<double>(options.temperature)),
+        static_cast<double>(options.temperature),
+        static_cast<double>(options.alpha),
+        static_cast<double>(options.grad_scale),
+        row_kl_.data(),
+        row_ce_.data(),
+        row_status_.data()};
     detail::distill_rows_kernel<detail::distill_threads>
         <<<static_cast<unsigned>(shape.batch), detail::distill_threads, 0, stream>>>(a);
     check_last_launch("hone::compress::distill_rows_kernel");
@@ -249,10 +251,10 @@ class distill_workspace {
   distill_value result(cudaStream_t stream) {
     double sums[2];
     long long bad[2];
-    HONE_CUDA_CHECK(cudaMemcpyAsync(sums, sums_.data(), sizeof sums, cudaMemcpyDeviceToHost,
-                                    stream));
-    HONE_CUDA_CHECK(cudaMemcpyAsync(bad, first_bad_.data(), sizeof bad, cudaMemcpyDeviceToHost,
-                                    stream));
+    HONE_CUDA_CHECK(
+        cudaMemcpyAsync(sums, sums_.data(), sizeof sums, cudaMemcpyDeviceToHost, stream));
+    HONE_CUDA_CHECK(
+        cudaMemcpyAsync(bad, first_bad_.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
     HONE_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (bad[1] == detail::distill_row_bad_label) {
       throw config_error("hone::compress::distill_loss (CUDA): the label of row " +
@@ -260,8 +262,7 @@ class distill_workspace {
                          std::to_string(shape_.classes) +
                          "); a label is the index of the row's true class.");
     }
-    if (bad[1] == detail::distill_row_nonfinite &&
-        options_.nonfinite == nonfinite_logits::error) {
+    if (bad[1] == detail::distill_row_nonfinite && options_.nonfinite == nonfinite_logits::error) {
       throw config_error("hone::compress::distill_loss (CUDA): a student or teacher logit of row " +
                          std::to_string(bad[0]) +
                          " is not finite; every logit must be finite (check the model's output "
