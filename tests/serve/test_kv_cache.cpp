@@ -369,6 +369,8 @@ BOOST_AUTO_TEST_CASE(error_sentences_name_what_is_wrong) {
                  .find("one token's K and V are 6 floats each (heads x head_dim), got 6 and 5") !=
              std::string::npos);
   BOOST_TEST(message_of([&] { c.unpin(7); }).find("pin 7 does not exist") != std::string::npos);
+  BOOST_TEST(message_of([&] { (void)c.references(4); })
+                 .find("block 4 is not in the pool (4 blocks)") != std::string::npos);
   BOOST_TEST(message_of([] { hs::kv_cache<float> d(small, 2, {.hash_bits = 0}); })
                  .find("hash_bits is 0; it must be in [1, 128]") != std::string::npos);
   c.free_sequence(s);

@@ -107,7 +107,11 @@ class kv_cache {
   [[nodiscard]] std::size_t sequences() const noexcept { return seqs_.size(); }
   /// References held on block `id` (sequences and pins); 0 for a free or cached block.
   [[nodiscard]] std::size_t references(kv_block_id id) const {
-    return meta_.at(id).refs;
+    if (id >= meta_.size()) {
+      throw config_error("hone::serve::kv_cache::references: block " + std::to_string(id) +
+                         " is not in the pool (" + std::to_string(meta_.size()) + " blocks)");
+    }
+    return meta_[id].refs;
   }
 
   /// Starts a sequence whose tokens begin with `prompt`, reusing the cached full blocks of the
@@ -182,6 +186,7 @@ class kv_cache {
           need, available_blocks());
     }
     const std::size_t bt = shape().block_tokens;
+    s.table.reserve(s.table.size() + need);  // the only allocation that could fail comes first
     if (s.length % bt != 0 && meta_[s.table.back()].refs > 1) {  // copy on write
       const kv_block_id old = s.table.back();
       const kv_block_id nb = take_block();
