@@ -516,7 +516,7 @@ class prediction_cache {
 /// submit() (docs/serve.md).
 template <class Model, class Request, class Bytes, class Hash = xxh3_prediction_hash,
           class Clock = std::chrono::steady_clock>
-requires batch_model<Model, Request>
+requires batch_model<Model, Request> && std::copy_constructible<Request>
 class cached_model {
  public:
   using output_type = response_t<Model, Request>;
