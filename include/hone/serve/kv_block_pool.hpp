@@ -34,7 +34,8 @@ HONE_NAMESPACE_BEGIN
 namespace serve {
 
 /// The element types a KV block may hold: float, hone::bfloat16, hone::half, std::int8_t (the
-/// latter with a per-block, per-head scale).
+/// latter with a per-block, per-head scale). kv_block_pool and kv_cache state it as a sentence
+/// (static_assert) for any other type.
 template <class T>
 concept kv_element = std::same_as<T, float> || std::same_as<T, bfloat16> ||
                      std::same_as<T, half> || std::same_as<T, std::int8_t>;
@@ -97,8 +98,16 @@ template <class T>
 /// A fixed number of blocks in one allocation of `Space` memory, and a LIFO free list of their
 /// ids (the block freed last is handed out first: its memory is most likely still in cache).
 /// Not thread-safe: one thread (the scheduler) drives it, as the cache above it.
-template <kv_element T, memory_space Space = host_space>
+template <class T, class Space = host_space>
 class kv_block_pool {
+  static_assert(kv_element<T>,
+                "hone::serve: the KV element type must be float, hone::bfloat16, hone::half or "
+                "std::int8_t (int8 is stored with one float scale per block and head); convert "
+                "the model's K and V to one of these.");
+  static_assert(memory_space<Space>,
+                "hone::serve: the KV pool's Space must be a hone memory space (hone::host_space, "
+                "or a type with a complete hone::space_traits specialization).");
+
  public:
   using element_type = T;
   using space_type = Space;

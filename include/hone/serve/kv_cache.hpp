@@ -71,8 +71,13 @@ struct kv_cache_stats {
 
 /// The paged KV cache. Not thread-safe: one thread (the scheduler) drives it; the data of the
 /// blocks (pool().k_data/v_data) may be read by kernels between calls.
-template <kv_element T, memory_space Space = host_space>
+template <class T, class Space = host_space>
 class kv_cache {
+  static_assert(kv_element<T>,
+                "hone::serve: the KV element type must be float, hone::bfloat16, hone::half or "
+                "std::int8_t (int8 is stored with one float scale per block and head); convert "
+                "the model's K and V to one of these.");
+
  public:
   using pool_type = kv_block_pool<T, Space>;
   static constexpr kv_block_id no_block = std::numeric_limits<kv_block_id>::max();
