@@ -108,30 +108,39 @@ BOOST_AUTO_TEST_CASE(every_kernel_gives_the_oracle_accumulators_exactly) {
 }
 
 BOOST_AUTO_TEST_CASE(activation_codes_match_the_oracle) {
-  const auto x = normal(301, 9, 0.7f);
-  std::vector<std::uint8_t> q(304, 0);
-  const auto p = hc::quantize_row_uint8(x, q);
-  float lo = 0, hi = 0;
-  for (const float v : x) {
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
+  for (const auto kern : supported_kernels()) {
+    for (const std::size_t len : {301u, 16u, 15u, 1u}) {  // whole vectors and masked tails
+      const auto x = normal(len, 9 + static_cast<std::uint32_t>(len), 0.7f);
+      std::vector<std::uint8_t> q(len + 3, 0);
+      const auto p = hc::quantize_row_uint8(x, q, kern);
+      float lo = 0, hi = 0;
+      for (const float v : x) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      BOOST_TEST(p.scale == (hi - lo) / 255.0f);
+      BOOST_TEST(p.zero_point == static_cast<int>(std::nearbyint(-lo / p.scale)));
+      const float inv = 1.0f / p.scale;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double v = std::nearbyint(x[i] * inv) + p.zero_point;
+        BOOST_TEST(int{q[i]} == static_cast<int>(std::max(0.0, std::min(255.0, v))),
+                   hc::int8_kernel_name(kern) << " len " << len << " i " << i);
+        // dequantized within half a step
+        BOOST_TEST(std::fabs(p.scale * (int{q[i]} - p.zero_point) - x[i]) <=
+                   0.5 * p.scale * (1 + 1e-5));
+      }
+      for (std::size_t i = x.size(); i < q.size(); ++i) BOOST_TEST(int{q[i]} == p.zero_point);
+    }
+    // a zero row: scale 1, zero point 0, zero codes
+    std::vector<float> z(8, 0.0f);
+    std::vector<std::uint8_t> zq(8, 9);
+    const auto zp = hc::quantize_row_uint8(z, zq, kern);
+    BOOST_TEST(zp.zero_point == 0);
+    BOOST_TEST(int{zq[3]} == 0);
+    z[5] = std::numeric_limits<float>::infinity();
+    const auto e = error_of([&] { (void)hc::quantize_row_uint8(z, zq, kern); });
+    BOOST_TEST(e.find("index 5") != std::string::npos, e);
   }
-  BOOST_TEST(p.scale == (hi - lo) / 255.0f);
-  BOOST_TEST(p.zero_point == static_cast<int>(std::nearbyint(-lo / p.scale)));
-  const float inv = 1.0f / p.scale;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double v = std::nearbyint(x[i] * inv) + p.zero_point;
-    BOOST_TEST(int{q[i]} == static_cast<int>(std::max(0.0, std::min(255.0, v))), "i " << i);
-    // dequantized within half a step
-    BOOST_TEST(std::fabs(p.scale * (int{q[i]} - p.zero_point) - x[i]) <= 0.5 * p.scale * (1 + 1e-5));
-  }
-  for (std::size_t i = x.size(); i < q.size(); ++i) BOOST_TEST(int{q[i]} == p.zero_point);
-  // a zero row: scale 1, zero point 0, zero codes
-  std::vector<float> z(8, 0.0f);
-  std::vector<std::uint8_t> zq(8, 9);
-  const auto zp = hc::quantize_row_uint8(z, zq);
-  BOOST_TEST(zp.zero_point == 0);
-  BOOST_TEST(int{zq[3]} == 0);
 }
 
 BOOST_AUTO_TEST_CASE(forward_matches_the_oracle_epilogue_and_the_fp32_product) {

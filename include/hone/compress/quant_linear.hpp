@@ -287,21 +287,133 @@ inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m,
                     });
 }
 
-/// Per-row activation quantization: the row's range widened to include 0 gives affine_uint8
-/// parameters; codes = clamp(round_half_even(x * (1 / scale)) + zero_point, 0, 255). The row is
-/// written to out[0, x.size()) and out[x.size(), out.size()) is set to the zero point.
-inline affine_params quantize_row_uint8(std::span<const float> x, std::span<std::uint8_t> out) {
-  float lo = 0.0f, hi = 0.0f;
+namespace detail {
+
+/// Whether every value of x is finite (integer test of the exponent bits: vectorizes).
+inline bool all_finite(std::span<const float> x) noexcept {
+  std::uint32_t bad = 0;
+  for (const float v : x) {
+    std::uint32_t b;
+    std::memcpy(&b, &v, 4);
+    bad |= static_cast<std::uint32_t>((b & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+inline void quantize_codes_scalar(std::span<const float> x, std::uint8_t* out, float inv,
+                                  float zp) noexcept {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    out[i] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(x[i] * inv) + zp, 0.0f, 255.0f));
+  }
+}
+
+inline void row_range_scalar(std::span<const float> x, float& lo, float& hi) noexcept {
+  lo = 0.0f;
+  hi = 0.0f;
   for (const float v : x) {
     lo = std::min(lo, v);
     hi = std::max(hi, v);
   }
+}
+
+#if HONE_QUANT_X86
+/// The same range as row_range_scalar for finite x (a zero's sign may differ, which affine_uint8
+/// does not see). The masked forms with a full mask stand in for the plain intrinsics, whose
+/// undefined pass-through trips gcc 12's -Wmaybe-uninitialized.
+__attribute__((target("avx512f"))) inline void row_range_avx512(std::span<const float> x,
+                                                                float& lo, float& hi) noexcept {
+  __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= x.size(); i += 16) {
+    const __m512 v = _mm512_loadu_ps(x.data() + i);
+    vlo = _mm512_mask_min_ps(vlo, 0xffff, v, vlo);
+    vhi = _mm512_mask_max_ps(vhi, 0xffff, v, vhi);
+  }
+  if (i < x.size()) {
+    const auto m = static_cast<__mmask16>((1u << (x.size() - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x.data() + i);  // the zeros are in the range anyway
+    vlo = _mm512_mask_min_ps(vlo, 0xffff, v, vlo);
+    vhi = _mm512_mask_max_ps(vhi, 0xffff, v, vhi);
+  }
+  // lanes reduced through memory (gcc 12's _mm512_reduce_* trip -Wmaybe-uninitialized)
+  alignas(64) float l[16], h[16];
+  _mm512_store_ps(l, vlo);
+  _mm512_store_ps(h, vhi);
+  lo = l[0];
+  hi = h[0];
+  for (int j = 1; j < 16; ++j) {
+    lo = std::min(lo, l[j]);
+    hi = std::max(hi, h[j]);
+  }
+}
+
+/// The scalar codes, 16 at a time: the same product, round to nearest even (roundscale, as
+/// nearbyint in the default mode), the same float add and clamp; exact integers convert exactly.
+__attribute__((target("avx512f"))) inline __m512i quantize_codes16(__m512 v, __m512 vinv,
+                                                                   __m512 vzp) noexcept {
+  const __m512 r = _mm512_maskz_roundscale_ps(0xffff, _mm512_mul_ps(v, vinv),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+  const __m512 t = _mm512_add_ps(r, vzp);
+  const __m512 c = _mm512_mask_min_ps(hi, 0xffff, _mm512_mask_max_ps(lo, 0xffff, t, lo), hi);
+  return _mm512_maskz_cvttps_epi32(0xffff, c);
+}
+
+__attribute__((target("avx512f"))) inline void quantize_codes_avx512(std::span<const float> x,
+                                                                     std::uint8_t* out, float inv,
+                                                                     float zp) noexcept {
+  const __m512 vinv = _mm512_set1_ps(inv), vzp = _mm512_set1_ps(zp);
+  const auto code = [&](__m512 v) __attribute__((target("avx512f"))) {
+    return quantize_codes16(v, vinv, vzp);
+  };
+  std::size_t i = 0;
+  for (; i + 16 <= x.size(); i += 16) {
+    _mm512_mask_cvtusepi32_storeu_epi8(out + i, 0xffff, code(_mm512_loadu_ps(x.data() + i)));
+  }
+  if (i < x.size()) {
+    const auto m = static_cast<__mmask16>((1u << (x.size() - i)) - 1u);
+    _mm512_mask_cvtusepi32_storeu_epi8(out + i, m, code(_mm512_maskz_loadu_ps(m, x.data() + i)));
+  }
+}
+#endif
+
+}  // namespace detail
+
+/// Per-row activation quantization: the row's range widened to include 0 gives affine_uint8
+/// parameters; codes = clamp(round_half_even(x * (1 / scale)) + zero_point, 0, 255). The row is
+/// written to out[0, x.size()) and out[x.size(), out.size()) is set to the zero point. The
+/// avx512_vnni kernel choice uses AVX-512 code for this too (the same codes); the others scalar.
+/// x must be finite (config_error naming the index otherwise).
+inline affine_params quantize_row_uint8(std::span<const float> x, std::span<std::uint8_t> out,
+                                        int8_kernel kernel = int8_kernel::automatic) {
+  constexpr const char* who = "hone::compress::quantize_row_uint8";
+  HONE_REQUIRE(out.size() >= x.size(), std::string(who) + ": the output holds " +
+                                           std::to_string(out.size()) + " bytes, fewer than the " +
+                                           std::to_string(x.size()) + " values of the row.");
+  if (!detail::all_finite(x)) detail::require_finite(x, 0, who);
+  const int8_kernel k = detail::resolve_kernel(kernel, who);
+  float lo = 0.0f, hi = 0.0f;
+#if HONE_QUANT_X86
+  if (k == int8_kernel::avx512_vnni) {
+    detail::row_range_avx512(x, lo, hi);
+  } else {
+    detail::row_range_scalar(x, lo, hi);
+  }
+#else
+  detail::row_range_scalar(x, lo, hi);
+#endif
   const affine_params p = affine_uint8({lo, hi});
   const float inv = 1.0f / p.scale;
   const float zp = static_cast<float>(p.zero_point);
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    out[i] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(x[i] * inv) + zp, 0.0f, 255.0f));
+#if HONE_QUANT_X86
+  if (k == int8_kernel::avx512_vnni) {
+    detail::quantize_codes_avx512(x, out.data(), inv, zp);
+  } else {
+    detail::quantize_codes_scalar(x, out.data(), inv, zp);
   }
+#else
+  detail::quantize_codes_scalar(x, out.data(), inv, zp);
+#endif
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(x.size()), out.end(),
             static_cast<std::uint8_t>(p.zero_point));
   return p;
@@ -365,14 +477,15 @@ class dynamic_int8_linear {
                      std::to_string(y.size()) + "; with m = " + std::to_string(m) +
                      " rows they need m * in_features = " + std::to_string(m * k) +
                      " and m * out_features = " + std::to_string(m * n) + ".");
-    detail::require_finite(x, k, who);
+    if (!detail::all_finite(x)) detail::require_finite(x, k, who);
+    const int8_kernel kern = detail::resolve_kernel(kernel, who);
     a_.resize(m * packed_.kp);
     acc_.resize(m * packed_.np);
     params_.resize(m);
     const auto quantize_rows = [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         params_[r] = quantize_row_uint8(x.subspan(r * k, k),
-                                        std::span(a_).subspan(r * packed_.kp, packed_.kp));
+                                        std::span(a_).subspan(r * packed_.kp, packed_.kp), kern);
       }
     };
     if (m * k < (std::size_t{1} << 16)) {
@@ -383,7 +496,7 @@ class dynamic_int8_linear {
                           quantize_rows(rr.begin(), rr.end());
                         });
     }
-    int8_gemm(a_, m, packed_, acc_, kernel);
+    int8_gemm(a_, m, packed_, acc_, kern);
     for (std::size_t r = 0; r < m; ++r) {
       const std::int32_t* acc = acc_.data() + r * packed_.np;
       const double sx = params_[r].scale;
