@@ -36,9 +36,9 @@ void alloc_free(benchmark::State& state) {
     for (const auto id : ids) pool.release(id);
     benchmark::ClobberMemory();
   }
-  state.counters["ns_per_block"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 1024,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_block"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 1024,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void seq_block(benchmark::State& state) {
@@ -50,9 +50,9 @@ void seq_block(benchmark::State& state) {
     c.append(s, t++, k, v);
     c.free_sequence(s);
   }
-  state.counters["ns_per_block"] = benchmark::Counter(
-      static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_block"] =
+      benchmark::Counter(static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void prefix_lookup(benchmark::State& state) {
@@ -70,9 +70,9 @@ void prefix_lookup(benchmark::State& state) {
     benchmark::DoNotOptimize(found);
   }
   if (found != tokens) state.SkipWithError("the cached prompt was not found");
-  state.counters["ns_per_token"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * tokens,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_token"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * tokens,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void waste(benchmark::State& state, bool lognormal) {
@@ -83,9 +83,9 @@ void waste(benchmark::State& state, bool lognormal) {
   std::vector<std::size_t> lens(seqs);
   std::size_t total = 0;
   for (auto& n : lens) {
-    n = lognormal ? std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(logn(rng))), 1,
-                                            max_len)
-                  : uni(rng);
+    n = lognormal
+            ? std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(logn(rng))), 1, max_len)
+            : uni(rng);
     total += n;
   }
   double paged = 0, contiguous = 0;
@@ -112,10 +112,12 @@ bool register_benchmarks() {
   hone_bench::add("kv_block_alloc_free", "hone", alloc_free);
   hone_bench::add("kv_seq_block", "hone", seq_block);
   hone_bench::add("kv_prefix_lookup", "hone_b16", prefix_lookup);
-  hone_bench::register_named("kv_waste/uniform", [](benchmark::State& s) { waste(s, false); })
-      ->Iterations(1);
-  hone_bench::register_named("kv_waste/lognormal", [](benchmark::State& s) { waste(s, true); })
-      ->Iterations(1);
+  hone_bench::register_named("kv_waste/uniform", [](benchmark::State& s) {
+    waste(s, false);
+  })->Iterations(1);
+  hone_bench::register_named("kv_waste/lognormal", [](benchmark::State& s) {
+    waste(s, true);
+  })->Iterations(1);
   return true;
 }
 

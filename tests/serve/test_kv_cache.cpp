@@ -26,8 +26,9 @@ constexpr hs::kv_block_shape small{.block_tokens = 4, .heads = 2, .head_dim = 3}
 std::vector<float> k_of(hs::kv_token tok, std::size_t pos, std::size_t n = 6) {
   std::vector<float> x(n);
   for (std::size_t j = 0; j < n; ++j) {
-    x[j] = static_cast<float>((static_cast<long>(tok) * 7 + static_cast<long>(pos) * 3 +
-                               static_cast<long>(j)) % 201 - 100);
+    x[j] = static_cast<float>(
+        (static_cast<long>(tok) * 7 + static_cast<long>(pos) * 3 + static_cast<long>(j)) % 201 -
+        100);
   }
   return x;
 }
@@ -311,7 +312,7 @@ BOOST_AUTO_TEST_CASE(pinned_prefixes_are_never_evicted) {
   c.unpin(pin.id);
   BOOST_TEST(c.cached_blocks() == 2u);
   c.append(t, 5, k_of(5, 8), v_of(5, 8));  // now an unpinned cached block is evicted
-  BOOST_TEST(c.lookup(sys) == 4u);  // the tail block went first (released first by unpin)
+  BOOST_TEST(c.lookup(sys) == 4u);         // the tail block went first (released first by unpin)
   BOOST_TEST(c.pin_prefix(iota_tokens(4, 900)).pinned_tokens == 0u);
   c.validate();
 }
@@ -332,7 +333,8 @@ BOOST_AUTO_TEST_CASE(out_of_blocks_is_recoverable_and_changes_nothing) {
     BOOST_TEST(e.needed() == 3u);
     BOOST_TEST(e.available() == 1u);
     BOOST_TEST(std::string(e.what()).find("needs 3 blocks for 9 tokens, and only 1 are free or "
-                                          "evictable; the cache is unchanged") != std::string::npos);
+                                          "evictable; the cache is unchanged") !=
+               std::string::npos);
   }
   BOOST_TEST(c.stats().refused == 1u);
   BOOST_TEST(c.free_blocks() == 1u);
@@ -365,14 +367,17 @@ BOOST_AUTO_TEST_CASE(error_sentences_name_what_is_wrong) {
                  .find("read: position 0 is past the end of sequence " + std::to_string(s) +
                        " (0 tokens)") != std::string::npos);
   c.append(s, 1, kk, vv);
-  BOOST_TEST(message_of([&] { c.read(s, 0, kk, v); })
-                 .find("one token's K and V are 6 floats each (heads x head_dim), got 6 and 5") !=
+  BOOST_TEST(message_of([&] {
+               c.read(s, 0, kk, v);
+             }).find("one token's K and V are 6 floats each (heads x head_dim), got 6 and 5") !=
              std::string::npos);
   BOOST_TEST(message_of([&] { c.unpin(7); }).find("pin 7 does not exist") != std::string::npos);
-  BOOST_TEST(message_of([&] { (void)c.references(4); })
-                 .find("block 4 is not in the pool (4 blocks)") != std::string::npos);
-  BOOST_TEST(message_of([] { hs::kv_cache<float> d(small, 2, {.hash_bits = 0}); })
-                 .find("hash_bits is 0; it must be in [1, 128]") != std::string::npos);
+  BOOST_TEST(message_of([&] {
+               (void)c.references(4);
+             }).find("block 4 is not in the pool (4 blocks)") != std::string::npos);
+  BOOST_TEST(message_of([] {
+               hs::kv_cache<float> d(small, 2, {.hash_bits = 0});
+             }).find("hash_bits is 0; it must be in [1, 128]") != std::string::npos);
   c.free_sequence(s);
   BOOST_CHECK_THROW(c.free_sequence(s), hone::config_error);  // twice
   c.validate();

@@ -28,8 +28,8 @@
 namespace hs = hone::serve;
 
 // A failed check stops the run; plain (not BOOST_TEST) to keep 10^6 operations cheap.
-#define REQUIRE(cond)                                                         \
-  do {                                                                        \
+#define REQUIRE(cond)                                                           \
+  do {                                                                          \
     if (!(cond)) BOOST_FAIL("check failed at line " << __LINE__ << ": " #cond); \
   } while (0)
 
@@ -43,8 +43,8 @@ std::size_t ops_from_env() {
   return 1000000;
 }
 
-constexpr std::size_t bt = 4;    // tokens per block
-constexpr std::size_t te = 4;    // heads (2) x head_dim (2)
+constexpr std::size_t bt = 4;  // tokens per block
+constexpr std::size_t te = 4;  // heads (2) x head_dim (2)
 constexpr std::size_t blocks = 48;
 constexpr std::size_t max_len = 40;
 constexpr std::uint64_t freq_ticks = 16;
@@ -58,7 +58,8 @@ std::uint64_t roll(std::uint64_t prev, hs::kv_token t) {
 /// The K (which 0) or V (1) element j of a position with rolling hash r: an integer in
 /// [-128, 127], exact in float, bfloat16 and half.
 float value(std::uint64_t r, int which, std::size_t j) {
-  return static_cast<float>(static_cast<int>((r >> (8 * (j + 4 * std::size_t(which)))) & 0xff) - 128);
+  return static_cast<float>(static_cast<int>((r >> (8 * (j + 4 * std::size_t(which)))) & 0xff) -
+                            128);
 }
 
 // -- the reference model --
@@ -88,7 +89,8 @@ struct ref_model {
   std::vector<int> match(const std::vector<hs::kv_token>& p) const {
     std::vector<int> out;
     for (std::size_t i = 1; i * bt <= p.size(); ++i) {
-      auto it = cache.find(std::vector<hs::kv_token>(p.begin(), p.begin() + std::ptrdiff_t(i * bt)));
+      auto it =
+          cache.find(std::vector<hs::kv_token>(p.begin(), p.begin() + std::ptrdiff_t(i * bt)));
       if (it == cache.end()) break;
       out.push_back(it->second);
     }
@@ -133,7 +135,8 @@ struct ref_model {
     return id;
   }
   std::size_t need(const seq& s, std::size_t n) const {
-    const std::size_t now = (s.toks.size() + bt - 1) / bt, after = (s.toks.size() + n + bt - 1) / bt;
+    const std::size_t now = (s.toks.size() + bt - 1) / bt,
+                      after = (s.toks.size() + n + bt - 1) / bt;
     const bool cow = s.toks.size() % bt != 0 && rb.at(s.blocks.back()).refs > 1;
     return after - now + (cow ? 1 : 0);
   }
@@ -280,9 +283,11 @@ struct driver {
       for (const int b : want) r.acquire(b, true);
       s.blocks = want;
       s.toks.assign(p.begin(), p.begin() + std::ptrdiff_t(want.size() * bt));
-      for (const hs::kv_token t : s.toks) s.rolls.push_back(roll(s.rolls.empty() ? 0 : s.rolls.back(), t));
+      for (const hs::kv_token t : s.toks)
+        s.rolls.push_back(roll(s.rolls.empty() ? 0 : s.rolls.back(), t));
       r.seqs.emplace(m.seq, s);
-      append_both(m.seq, std::vector<hs::kv_token>(p.begin() + std::ptrdiff_t(m.cached_tokens), p.end()));
+      append_both(m.seq,
+                  std::vector<hs::kv_token>(p.begin() + std::ptrdiff_t(m.cached_tokens), p.end()));
       check_read(m.seq);
     } else if (op < 60) {  // append 1..6 tokens (decode steps, or a chunk)
       const auto id = pick_key(r.seqs);
@@ -358,8 +363,8 @@ struct driver {
     BOOST_TEST(c.free_blocks() == blocks);
     c.validate();
     BOOST_TEST_MESSAGE(ops << " ops: " << hits << " prefix block hits, " << refusals
-                           << " refusals, " << cows << " copies on write, "
-                           << c.stats().evictions << " evictions, " << c.stats().hash_collisions
+                           << " refusals, " << cows << " copies on write, " << c.stats().evictions
+                           << " evictions, " << c.stats().hash_collisions
                            << " hash collisions rejected");
     // The run exercised what it claims to.
     BOOST_TEST(hits > ops / 100);

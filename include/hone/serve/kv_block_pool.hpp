@@ -37,8 +37,8 @@ namespace serve {
 /// latter with a per-block, per-head scale). kv_block_pool and kv_cache state it as a sentence
 /// (static_assert) for any other type.
 template <class T>
-concept kv_element = std::same_as<T, float> || std::same_as<T, bfloat16> ||
-                     std::same_as<T, half> || std::same_as<T, std::int8_t>;
+concept kv_element = std::same_as<T, float> || std::same_as<T, bfloat16> || std::same_as<T, half> ||
+    std::same_as<T, std::int8_t>;
 
 /// The shape of one block: `block_tokens` tokens x `heads` heads x `head_dim` elements, for K and
 /// for V each.
@@ -115,10 +115,10 @@ class kv_block_pool {
 
   kv_block_pool(kv_block_shape shape, std::size_t num_blocks) : shape_(shape), blocks_(num_blocks) {
     if (shape.block_tokens == 0 || shape.heads == 0 || shape.head_dim == 0) {
-      throw config_error("hone::serve::kv_block_pool: the block shape has a zero extent (block_tokens " +
-                         std::to_string(shape.block_tokens) + ", heads " +
-                         std::to_string(shape.heads) + ", head_dim " +
-                         std::to_string(shape.head_dim) + "); give each at least 1");
+      throw config_error(
+          "hone::serve::kv_block_pool: the block shape has a zero extent (block_tokens " +
+          std::to_string(shape.block_tokens) + ", heads " + std::to_string(shape.heads) +
+          ", head_dim " + std::to_string(shape.head_dim) + "); give each at least 1");
     }
     if (num_blocks == 0 || num_blocks > std::numeric_limits<kv_block_id>::max()) {
       throw config_error("hone::serve::kv_block_pool: num_blocks is " + std::to_string(num_blocks) +
@@ -127,9 +127,10 @@ class kv_block_pool {
     }
     const std::size_t per = shape.elements();
     if (per > std::numeric_limits<std::size_t>::max() / sizeof(T) / 2 / num_blocks) {
-      throw config_error("hone::serve::kv_block_pool: " + std::to_string(num_blocks) +
-                         " blocks of " + std::to_string(per) +
-                         " elements each cannot be addressed; reduce num_blocks or the block shape");
+      throw config_error(
+          "hone::serve::kv_block_pool: " + std::to_string(num_blocks) + " blocks of " +
+          std::to_string(per) +
+          " elements each cannot be addressed; reduce num_blocks or the block shape");
     }
     bytes_ = 2 * num_blocks * per * sizeof(T);
     data_ = static_cast<T*>(space_traits<Space>::allocate(bytes_));
@@ -167,7 +168,9 @@ class kv_block_pool {
   void release(kv_block_id id) noexcept { free_.push_back(id); }
 
   /// The K (or V) elements of block `id`, [head][token][dim]. The pointer is in `Space` memory.
-  [[nodiscard]] T* k_data(kv_block_id id) noexcept { return data_ + std::size_t(id) * shape_.elements(); }
+  [[nodiscard]] T* k_data(kv_block_id id) noexcept {
+    return data_ + std::size_t(id) * shape_.elements();
+  }
   [[nodiscard]] T* v_data(kv_block_id id) noexcept {
     return data_ + (blocks_ + std::size_t(id)) * shape_.elements();
   }
@@ -178,16 +181,14 @@ class kv_block_pool {
     return data_ + (blocks_ + std::size_t(id)) * shape_.elements();
   }
   /// int8 only: the dequantization scale of K (`which` 0) or V (1) of `head` in block `id`.
-  [[nodiscard]] float scale(kv_block_id id, int which, std::size_t head) const noexcept
-    requires quantized
-  {
+  [[nodiscard]] float scale(kv_block_id id, int which,
+                            std::size_t head) const noexcept requires quantized {
     return scales_[scale_index(id, which, head)];
   }
 
   /// Copies the first `tokens` tokens of block `from` (K, V and scales) into block `to`.
-  void copy_tokens(kv_block_id from, kv_block_id to, std::size_t tokens)
-    requires space_traits<Space>::host_accessible
-  {
+  void copy_tokens(kv_block_id from, kv_block_id to,
+                   std::size_t tokens) requires space_traits<Space>::host_accessible {
     const std::size_t n = tokens * shape_.head_dim;
     for (int which = 0; which < 2; ++which) {
       const T* src = which == 0 ? k_data(from) : v_data(from);
@@ -213,23 +214,21 @@ class kv_block_pool {
   /// accumulated rounding: every value read back is within s_final of what was written
   /// (s_final <= 2 max|x| / 127 over that head of that block).
   void write_token(kv_block_id id, std::size_t slot, std::size_t filled, std::span<const float> k,
-                   std::span<const float> v)
-    requires space_traits<Space>::host_accessible
-  {
+                   std::span<const float> v) requires space_traits<Space>::host_accessible {
     write_one(id, 0, slot, filled, k);
     write_one(id, 1, slot, filled, v);
   }
 
   /// Reads the K and V of the token at `slot` of block `id` as floats (dequantized for int8).
-  void read_token(kv_block_id id, std::size_t slot, std::span<float> k, std::span<float> v) const
-    requires space_traits<Space>::host_accessible
-  {
+  void read_token(kv_block_id id, std::size_t slot, std::span<float> k,
+                  std::span<float> v) const requires space_traits<Space>::host_accessible {
     read_one(id, 0, slot, k);
     read_one(id, 1, slot, v);
   }
 
  private:
-  [[nodiscard]] std::size_t scale_index(kv_block_id id, int which, std::size_t head) const noexcept {
+  [[nodiscard]] std::size_t scale_index(kv_block_id id, int which,
+                                        std::size_t head) const noexcept {
     return (std::size_t(id) * 2 + std::size_t(which)) * shape_.heads + head;
   }
 
@@ -289,8 +288,8 @@ class kv_block_pool {
   std::size_t blocks_;
   std::size_t bytes_ = 0;
   T* data_ = nullptr;
-  std::vector<float> scales_;        // int8 only: [block][K or V][head]
-  std::vector<kv_block_id> free_;    // LIFO
+  std::vector<float> scales_;      // int8 only: [block][K or V][head]
+  std::vector<kv_block_id> free_;  // LIFO
 };
 
 }  // namespace serve

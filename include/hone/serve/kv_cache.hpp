@@ -61,12 +61,12 @@ struct kv_pin {
 };
 
 struct kv_cache_stats {
-  std::uint64_t lookup_tokens = 0;     // prompt tokens add_sequence looked up
-  std::uint64_t hit_tokens = 0;        // of those, found in cached blocks
-  std::uint64_t evictions = 0;         // cached blocks evicted
-  std::uint64_t cow_copies = 0;        // partial blocks copied on write
-  std::uint64_t hash_collisions = 0;   // equal hash, different block content (rejected)
-  std::uint64_t refused = 0;           // operations refused with out_of_blocks_error
+  std::uint64_t lookup_tokens = 0;    // prompt tokens add_sequence looked up
+  std::uint64_t hit_tokens = 0;       // of those, found in cached blocks
+  std::uint64_t evictions = 0;        // cached blocks evicted
+  std::uint64_t cow_copies = 0;       // partial blocks copied on write
+  std::uint64_t hash_collisions = 0;  // equal hash, different block content (rejected)
+  std::uint64_t refused = 0;          // operations refused with out_of_blocks_error
 };
 
 /// The paged KV cache. Not thread-safe: one thread (the scheduler) drives it; the data of the
@@ -83,10 +83,13 @@ class kv_cache {
   static constexpr kv_block_id no_block = std::numeric_limits<kv_block_id>::max();
 
   kv_cache(kv_block_shape shape, std::size_t num_blocks, kv_cache_options options = {})
-      : pool_(shape, num_blocks), opt_(options), meta_(num_blocks),
+      : pool_(shape, num_blocks),
+        opt_(options),
+        meta_(num_blocks),
         tokens_(num_blocks * shape.block_tokens) {
     if (options.hash_bits == 0 || options.hash_bits > 128) {
-      throw config_error("hone::serve::kv_cache: hash_bits is " + std::to_string(options.hash_bits) +
+      throw config_error("hone::serve::kv_cache: hash_bits is " +
+                         std::to_string(options.hash_bits) +
                          "; it must be in [1, 128] (leave it at 128 outside tests)");
     }
     scratch_.resize(4 + shape.block_tokens);
@@ -171,12 +174,12 @@ class kv_cache {
     sequence& s = find(seq, "append");
     const std::size_t te = shape().token_elements();
     if (k.size() != tokens.size() * te || v.size() != tokens.size() * te) {
-      throw config_error("hone::serve::kv_cache::append: " + std::to_string(tokens.size()) +
-                         " tokens need " + std::to_string(tokens.size() * te) +
-                         " K and V floats each (tokens x heads x head_dim = " +
-                         std::to_string(tokens.size()) + " x " + std::to_string(shape().heads) +
-                         " x " + std::to_string(shape().head_dim) + "), got " +
-                         std::to_string(k.size()) + " K and " + std::to_string(v.size()) + " V");
+      throw config_error(
+          "hone::serve::kv_cache::append: " + std::to_string(tokens.size()) + " tokens need " +
+          std::to_string(tokens.size() * te) +
+          " K and V floats each (tokens x heads x head_dim = " + std::to_string(tokens.size()) +
+          " x " + std::to_string(shape().heads) + " x " + std::to_string(shape().head_dim) +
+          "), got " + std::to_string(k.size()) + " K and " + std::to_string(v.size()) + " V");
     }
     if (tokens.empty()) return;
     const std::size_t need = needed(s, tokens.size());
@@ -239,9 +242,8 @@ class kv_cache {
     return tokens_[std::size_t(s.table[pos / bt]) * bt + pos % bt];
   }
   /// Reads the K and V of the token at `pos` of `seq` as floats (heads * head_dim each).
-  void read(kv_seq_id seq, std::size_t pos, std::span<float> k, std::span<float> v) const
-    requires space_traits<Space>::host_accessible
-  {
+  void read(kv_seq_id seq, std::size_t pos, std::span<float> k,
+            std::span<float> v) const requires space_traits<Space>::host_accessible {
     const sequence& s = find(seq, "read");
     check_pos(s, seq, pos, "read");
     const std::size_t te = shape().token_elements();
@@ -309,7 +311,8 @@ class kv_cache {
       if (m.registered) ++registered;
       if (m.refs == 0 && m.registered != m.in_evictable) {
         throw error("hone::serve::kv_cache::validate: unreferenced block " + std::to_string(b) +
-                    (m.registered ? " is registered but not evictable" : " is evictable but not registered"));
+                    (m.registered ? " is registered but not evictable"
+                                  : " is evictable but not registered"));
       }
     }
     if (used + free_blocks() + cached_blocks() != meta_.size()) {
@@ -328,9 +331,9 @@ class kv_cache {
     std::uint32_t refs = 0;
     std::uint32_t filled = 0;
     std::uint32_t hits = 0;
-    bool registered = false;    // in the prefix table
-    bool in_evictable = false;  // in evictable_
-    kv_block_id parent = no_block;  // registered: the registered block before it (or none)
+    bool registered = false;                 // in the prefix table
+    bool in_evictable = false;               // in evictable_
+    kv_block_id parent = no_block;           // registered: the registered block before it (or none)
     std::uint64_t hash_lo = 0, hash_hi = 0;  // full: the chained hash
     std::uint64_t tick = 0, key = 0;         // cached: release tick and eviction key
   };
@@ -507,7 +510,7 @@ class kv_cache {
     const hash128 h = chain_hash(parent_hash, toks);
     m.hash_lo = h.lo;
     m.hash_hi = h.hi;
-    if (i > 0 && parent == no_block) return;  // the chain is not registered
+    if (i > 0 && parent == no_block) return;                          // the chain is not registered
     if (find_registered(h, parent, toks, false) != no_block) return;  // an identical block is
     table_.emplace(h, b);
     m.registered = true;
