@@ -102,6 +102,7 @@ BOOST_AUTO_TEST_CASE(every_kernel_gives_the_oracle_accumulators_exactly) {
   check_gemm(5, 33, 67, 3, false);
   check_gemm(7, 100, 130, 4, false);
   check_gemm(9, 48, 1, 5, false);
+  check_gemm(2, 64, 12, 9, false);   // with the others, every remainder of the 8-row tiles
   check_gemm(70, 300, 257, 6, false);  // large enough for oneTBB tiles
   check_gemm(4, 32, 1000, 7, true);    // 255 * -127 everywhere: no saturation anywhere
   check_gemm(6, 40, 4096, 8, true);
