@@ -37,8 +37,8 @@ inline void add_quantized(checkpoint::tensor_writer& w, const std::string& name,
 [[nodiscard]] inline quantized_weights read_quantized(const checkpoint::tensor_file& f,
                                                       const std::string& name) {
   const auto bad = [&](const std::string& what) {
-    checkpoint::detail::fail(f.context(), "quantized weights " + checkpoint::detail::quote_name(name) +
-                                              ": " + what);
+    // The same form as the checkpoint readers' messages: "hone: '<file>': ...".
+    throw checkpoint_error("hone: '" + f.context() + "': quantized weights '" + name + "': " + what);
   };
   const checkpoint::tensor_info& qt = f.at(name + ".qweight");
   const checkpoint::tensor_info& st = f.at(name + ".scale");
