@@ -89,4 +89,15 @@ inline void noisy(batch& b, const data::batch_info& info) {
   for (std::size_t r = 0; r < info.padded_rows; ++r) b.v[r] ^= rng() & 0xffff0000u;
 }
 
+/// The message of the hone::error that f throws ("" when it throws none).
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const hone::error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace loader_test

@@ -44,16 +44,6 @@ std::vector<seen> expected_epoch(const std::vector<std::uint64_t>& order, std::u
   return out;
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(sequential_batches_keep_drop_and_pad_the_last_one) {

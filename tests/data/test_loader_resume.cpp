@@ -57,16 +57,6 @@ data::loader_state through_json(const data::loader_state& s) {
   return data::loader_state_from_json(hone::io::json::parse(text, "test"));
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_resumed_run_sees_the_same_batches_whatever_the_thread_count) {

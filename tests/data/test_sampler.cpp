@@ -16,7 +16,10 @@
 
 #include <hone/data.hpp>
 
+#include "loader_common.hpp"
+
 namespace data = hone::data;
+using loader_test::message_of;
 using order_t = std::vector<std::uint64_t>;
 
 namespace {
@@ -44,16 +47,6 @@ double chi_square(const std::vector<double>& observed, const std::vector<double>
     if (e > 0) x += (observed[i] - e) * (observed[i] - e) / e;
   }
   return x;
-}
-
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <hone/profile/collector.hpp>
+#include <hone/profile/zone.hpp>
 
 struct recorded_event {
   std::uint64_t serial;  // the thread
@@ -56,6 +57,19 @@ struct recording_sink final : hone::profile::trace_sink {
     return out;
   }
 };
+
+/// A collector that starts from nothing, with recording on for its lifetime.
+struct session {
+  hone::profile::collector c;
+  session() {
+    c.discard();
+    hone::profile::set_enabled(true);
+  }
+  ~session() { hone::profile::set_enabled(false); }
+};
+
+/// The calling thread's serial (its events' key in recording_sink).
+inline std::uint64_t this_serial() { return hone::profile::detail::this_thread_buffer()->serial; }
 
 /// Drains a collector into a fresh recording_sink.
 inline recording_sink drain(hone::profile::collector& c) {

@@ -37,18 +37,6 @@ using strings = std::vector<std::string>;
 
 namespace {
 
-/// A collector that starts from nothing, with recording on for its lifetime.
-struct session {
-  hp::collector c;
-  session() {
-    c.discard();
-    hp::set_enabled(true);
-  }
-  ~session() { hp::set_enabled(false); }
-};
-
-std::uint64_t this_serial() { return hp::detail::this_thread_buffer()->serial; }
-
 /// The begin/end script of the thread named `name` (exactly one such thread must have recorded).
 strings script_of(const recording_sink& s, const std::string& name) {
   std::vector<std::uint64_t> serials;

@@ -31,19 +31,6 @@ namespace hp = hone::profile;
 using strings = std::vector<std::string>;
 
 namespace {
-/// A collector that starts from nothing, with recording on for the test's duration.
-struct session {
-  hp::collector c;
-  session() {
-    c.discard();
-    hp::set_enabled(true);
-  }
-  ~session() { hp::set_enabled(false); }
-};
-
-std::uint64_t this_serial() {
-  return hone::profile::detail::this_thread_buffer()->serial;
-}
 
 void inner_work() {
   HONE_ZONE("inner");

@@ -4,6 +4,8 @@
 #define BOOST_TEST_MODULE hone_serve_batcher
 #include <boost/test/unit_test.hpp>
 
+#include "test_clock.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <future>
@@ -17,18 +19,6 @@ namespace hs = hone::serve;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// A clock that stands still until a test advances it.
-struct test_clock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<test_clock>;
-  static constexpr bool is_steady = true;
-  static inline time_point t{};
-  static time_point now() noexcept { return t; }
-  static void advance(duration d) noexcept { t += d; }
-};
 
 /// Doubles each request and records the batches it saw; throws on a request of -1.
 struct doubler {

@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE hone_serve_prediction_cache
 #include <boost/test/unit_test.hpp>
 
+#include "test_clock.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,17 +23,6 @@ namespace hs = hone::serve;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct test_clock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<test_clock>;
-  static constexpr bool is_steady = true;
-  static inline time_point t{};
-  static time_point now() noexcept { return t; }
-  static void advance(duration d) noexcept { t += d; }
-};
 
 /// Every input of the same length gets the same key: every lookup of another input of that
 /// length finds a stored entry whose key matches and whose input does not.

@@ -8,6 +8,8 @@
 #define BOOST_TEST_MODULE hone_serve_prediction_cache_disk
 #include <boost/test/unit_test.hpp>
 
+#include "test_clock.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -252,32 +254,24 @@ BOOST_AUTO_TEST_CASE(another_inputs_file_under_this_name_is_a_collision_not_a_hi
 }
 
 namespace {
-struct test_clock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<test_clock>;
-  static constexpr bool is_steady = true;
-  static inline time_point t{duration(1'000'000)};
-  static time_point now() noexcept { return t; }
-};
+using late_clock = basic_test_clock<1'000'000>;  // starts at 1 ms
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(disk_entries_expire_with_the_ttl) {
   hone_test::temp_dir dir("pc-ttl");
   auto o = one_in_ram(dir.path, 300);
   o.ttl = 1000ns;
-  hs::prediction_cache<std::uint64_t, hs::xxh3_prediction_hash, test_clock> c(o);
+  hs::prediction_cache<std::uint64_t, hs::xxh3_prediction_hash, late_clock> c(o);
   c.put(0, bytes(input_of(0)), 1);
   c.put(0, bytes(input_of(1)), 2);  // 0 spilled
   c.put(0, bytes(input_of(2)), 3);  // 1 spilled
-  test_clock::t += 999ns;
+  late_clock::t += 999ns;
   BOOST_TEST(c.get(bytes(input_of(0))).value() == 1u);  // from disk, in time
-  test_clock::t += 1ns;
+  late_clock::t += 1ns;
   BOOST_TEST(!c.get(bytes(input_of(1))).has_value());  // on disk, expired
   BOOST_TEST(c.stats().expired >= 1u);
   // a file whose expiry is further away than the TTL (a clock that was reset): expired
-  test_clock::t = test_clock::time_point{};
+  late_clock::t = late_clock::time_point{};
   c.put(0, bytes(input_of(3)), 4);
   c.put(0, bytes(input_of(4)), 5);
   BOOST_TEST(!c.get(bytes(input_of(2))).has_value());
