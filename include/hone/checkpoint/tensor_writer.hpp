@@ -103,7 +103,9 @@ class tensor_writer {
   /// Adds a tensor of `type` and `shape` whose bytes are not in one contiguous range: `gather`
   /// fills whole rows (along shape[0]) on demand while the file is written, into the writer's own
   /// staging buffer (a replay buffer's column gathered out of packed records). The same checks as
-  /// add(); the callback must stay valid, and give the same bytes, until the last write.
+  /// add(); the callback must stay valid, and give the same bytes, until the last write. It may be
+  /// called from several threads at once, for different rows (the compressed writer reads its
+  /// chunks in parallel): it must only read shared state.
   tensor_writer& add_gathered(std::string name, io::dtype type, shape_type shape, gather_fn gather) {
     HONE_REQUIRE(static_cast<bool>(gather), "hone::checkpoint::tensor_writer::add_gathered: tensor '" +
                                                 name + "' has no gather function");
