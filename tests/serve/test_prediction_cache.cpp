@@ -241,6 +241,15 @@ BOOST_AUTO_TEST_CASE(get_or_compute_runs_the_model_once_per_input) {
     }) == "out");
   }
   BOOST_TEST(calls == 1);
+  // A compute that takes the version gets the one its output is cached under.
+  c.advance_model_version();
+  std::uint64_t seen = 0;
+  BOOST_TEST(c.get_or_compute(bytes(a), [&](std::uint64_t ver) {
+    seen = ver;
+    return std::string("v") + std::to_string(ver);
+  }) == "v" + std::to_string(c.model_version()));
+  BOOST_TEST(seen == c.model_version());
+  BOOST_TEST(c.get(c.model_version(), bytes(a)).value() == "v" + std::to_string(seen));
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_are_refused_with_a_sentence) {

@@ -347,14 +347,24 @@ class prediction_cache {
     return true;
   }
 
-  /// The cached output for `input`, or `compute()`'s, which is then cached (at the version read
-  /// before it ran).
+  /// The cached output for `input`, or `compute`'s, which is then cached at the model version read
+  /// before it ran. `compute` may take that version (`compute(std::uint64_t version)`): a model
+  /// whose version can change while requests run must compute with the version it is given, or
+  /// an output of another version would be cached under this one. A `compute()` without it is for
+  /// models whose version does not change concurrently.
   template <class F>
-  requires std::convertible_to<std::invoke_result_t<F&>, Output> Output
-  get_or_compute(std::span<const std::byte> input, F&& compute) {
+  requires std::convertible_to<std::invoke_result_t<F&, std::uint64_t>, Output> ||
+           std::convertible_to<std::invoke_result_t<F&>, Output>
+  Output get_or_compute(std::span<const std::byte> input, F&& compute) {
     const std::uint64_t version = model_version();
     if (auto hit = get(version, input)) return std::move(*hit);
-    Output out = compute();
+    Output out = [&]() -> Output {
+      if constexpr (std::is_invocable_v<F&, std::uint64_t>) {
+        return compute(version);
+      } else {
+        return compute();
+      }
+    }();
     put(version, input, out);
     return out;
   }
