@@ -9,8 +9,8 @@
 //                             threads as oneTBB (openblas_set_num_threads), when CMake found
 //                             OpenBLAS. Peer: bench/peers/torch_int8_linear.py,
 //                             torch.ao.quantization.quantize_dynamic on an nn.Linear of the same
-//                             shape (qint8 weights, per-tensor; fbgemm). X, W, b normal(0, 1), fixed
-//                             seeds; sizes: M, K, N.
+//                             shape (qint8 weights, per-tensor; fbgemm). X, W, b normal(0, 1),
+//                             fixed seeds; sizes: M, K, N.
 // Time per call in ms; no limit row.
 
 #include <cstddef>
@@ -36,8 +36,8 @@ struct linear_case {
 };
 
 const std::vector<linear_case>& cases() {
-  static const std::vector<linear_case> c{{1, 1024, 1024},  {32, 1024, 1024}, {256, 1024, 1024},
-                                          {1, 4096, 4096},  {32, 4096, 4096}, {256, 4096, 4096}};
+  static const std::vector<linear_case> c{{1, 1024, 1024}, {32, 1024, 1024}, {256, 1024, 1024},
+                                          {1, 4096, 4096}, {32, 4096, 4096}, {256, 4096, 4096}};
   return c;
 }
 
@@ -71,7 +71,8 @@ void blas_fp32(benchmark::State& state, linear_case c) {
   openblas_set_num_threads(static_cast<int>(hone_bench::thread_count()));
   std::vector<float> y(c.m * c.n);
   auto run = [&] {
-    for (std::size_t r = 0; r < c.m; ++r) std::copy(d.b.begin(), d.b.end(), y.begin() + static_cast<std::ptrdiff_t>(r * c.n));
+    for (std::size_t r = 0; r < c.m; ++r)
+      std::copy(d.b.begin(), d.b.end(), y.begin() + static_cast<std::ptrdiff_t>(r * c.n));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(c.m),
                 static_cast<int>(c.n), static_cast<int>(c.k), 1.0f, d.x.data(),
                 static_cast<int>(c.k), d.w.data(), static_cast<int>(c.k), 1.0f, y.data(),

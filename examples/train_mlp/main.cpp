@@ -24,8 +24,8 @@
 // With --checkpoint-dir (CPU path only, for now) it saves checkpoints (hone::checkpoint: atomic
 // step-N directories, sync or --checkpoint-async, --keep N) holding the weights, the AdamW moments,
 // the step, the loss scaler, the early-stopping state with its best weights, and the loader's
-// state (seed, epoch, position), so --resume continues bit for bit where the newest valid checkpoint
-// left off.
+// state (seed, epoch, position), so --resume continues bit for bit where the newest valid
+// checkpoint left off.
 //
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
 // prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
@@ -39,7 +39,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
 #include <hone/checkpoint/directory.hpp>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/checkpoint/writer.hpp>
@@ -59,6 +58,7 @@
 #include <hone/train/accumulate.hpp>
 #include <hone/train/early_stopping.hpp>
 #include <hone/train/trainer.hpp>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -101,8 +101,8 @@ struct options {
   std::size_t keep = 0;  // 0: keep every checkpoint
   bool checkpoint_async = false;
   bool resume = false;
-  std::optional<std::uint64_t> stop_after;  // testing --resume: stop as if interrupted
-  std::optional<std::filesystem::path> trace;  // a Perfetto trace of the run (CPU path)
+  std::optional<std::uint64_t> stop_after;         // testing --resume: stop as if interrupted
+  std::optional<std::filesystem::path> trace;      // a Perfetto trace of the run (CPU path)
   std::optional<std::filesystem::path> train_csv;  // the training set (default: written to out)
 };
 

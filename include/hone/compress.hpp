@@ -1,5 +1,5 @@
-// hone/compress.hpp: model compression on the user's own model types and hone's flat arenas: the fused
-// distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters
+// hone/compress.hpp: model compression on the user's own model types and hone's flat arenas: the
+// fused distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters
 // (docs/compress.md).
 #pragma once
 

@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-
 extern "C" {
 extern int pl_recording;
 int pl_real_openat(int dirfd, const char* path, int flags, mode_t mode);
@@ -46,10 +45,8 @@ int pl_real_msync(void* addr, size_t len, int flags);
 int pl_real_munmap(void* addr, size_t len);
 }
 
-
 namespace power_loss::detail {
 namespace fs = std::filesystem;
-
 
 inline constexpr std::size_t sector = 512;
 
@@ -242,7 +239,7 @@ inline void load_tree(const fs::path& dir, int id) {
 
 // Compares the model under `id` with the real tree at `dir`.
 inline void compare_tree(const fs::path& dir, int id, const std::vector<node>& t,
-                  std::vector<std::string>& out) {
+                         std::vector<std::string>& out) {
   const node& n = t[static_cast<std::size_t>(id)];
   std::set<std::string> seen;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -320,8 +317,8 @@ struct data_choice {
 };
 
 // Choice lists over n items: all subsets when small, else the corner cases and random ones.
-inline std::vector<std::vector<char>> subsets(std::size_t n, std::size_t all_up_to, std::size_t randoms,
-                                       rng& r) {
+inline std::vector<std::vector<char>> subsets(std::size_t n, std::size_t all_up_to,
+                                              std::size_t randoms, rng& r) {
   std::vector<std::vector<char>> out;
   if (n <= all_up_to) {
     for (std::uint64_t m = 0; m < (std::uint64_t{1} << n); ++m) {
@@ -356,7 +353,7 @@ struct tree_state {
 };
 
 inline void serialize(const std::vector<node>& t, int id, const std::string& path, std::string& out,
-               int depth) {
+                      int depth) {
   const node& n = t[static_cast<std::size_t>(id)];
   if (depth > 32) return;  // a directory linked into itself by reordered renames
   for (const auto& [name, kid] : n.kids) {

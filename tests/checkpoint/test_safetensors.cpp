@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <hone/checkpoint/safetensors.hpp>
-#include <hone/core/bfloat16.hpp>
 #include <hone/checkpoint/compress.hpp>
+#include <hone/checkpoint/safetensors.hpp>
 #include <hone/checkpoint/tensor_file.hpp>
 #include <hone/core/arena.hpp>
+#include <hone/core/bfloat16.hpp>
 #include <hone/core/model.hpp>
 #include <hone/io/dtype.hpp>
 #include <hone/io/file_io.hpp>

@@ -26,7 +26,8 @@ std::vector<float> random_rows(std::size_t rows, std::size_t cols, std::uint32_t
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(rows * cols);
   for (std::size_t r = 0; r < rows; ++r) {
-    const float row_scale = std::ldexp(1.0f, static_cast<int>(r % 7) - 3);  // rows of different size
+    const float row_scale =
+        std::ldexp(1.0f, static_cast<int>(r % 7) - 3);  // rows of different size
     for (std::size_t c = 0; c < cols; ++c) v[r * cols + c] = row_scale * d(rng);
   }
   return v;
@@ -82,7 +83,7 @@ BOOST_AUTO_TEST_CASE(per_channel_codes_match_the_oracle_and_dequantize_within_ha
     }
     // the largest magnitude maps to +-127
     const auto it = std::max_element(&w[r * cols], &w[r * cols] + cols,
-                                      [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+                                     [](float a, float b) { return std::fabs(a) < std::fabs(b); });
     BOOST_TEST(std::abs(q.values[static_cast<std::size_t>(it - w.data())]) == 127);
   }
 }
@@ -143,7 +144,8 @@ BOOST_AUTO_TEST_CASE(non_finite_and_wrong_sizes_are_refused_with_sentences) {
   const auto s = error_of([&] { (void)hc::quantize_weights(std::vector<float>(11), 3, 4); });
   BOOST_TEST(s.find("[3, 4] needs 12") != std::string::npos, s);
   std::vector<float> out(5);
-  const auto d = error_of([&] { hc::dequantize(hc::quantize_weights(std::vector<float>(12), 3, 4), out); });
+  const auto d =
+      error_of([&] { hc::dequantize(hc::quantize_weights(std::vector<float>(12), 3, 4), out); });
   BOOST_TEST(d.find("[3, 4]") != std::string::npos, d);
 }
 
@@ -166,13 +168,13 @@ BOOST_AUTO_TEST_CASE(q8_0_hand_computed_blocks) {
   for (int j = 0; j < 8; ++j) BOOST_TEST(blocks[0].qs[j] == want0[j], "j " << j);
   for (int j = 8; j < 32; ++j) BOOST_TEST(blocks[0].qs[j] == 0);
   BOOST_TEST(blocks[1].d == 0x3008u);
-  BOOST_TEST(blocks[1].qs[0] == -127);   // x = -16
-  BOOST_TEST(blocks[1].qs[16] == 0);     // x = 0
-  BOOST_TEST(blocks[1].qs[17] == 8);     // x = 1
-  BOOST_TEST(blocks[1].qs[18] == 16);    // x = 2
-  BOOST_TEST(blocks[1].qs[19] == 24);    // x = 3
-  BOOST_TEST(blocks[1].qs[15] == -8);    // x = -1
-  BOOST_TEST(blocks[1].qs[31] == 119);   // x = 15: 119.0625
+  BOOST_TEST(blocks[1].qs[0] == -127);  // x = -16
+  BOOST_TEST(blocks[1].qs[16] == 0);    // x = 0
+  BOOST_TEST(blocks[1].qs[17] == 8);    // x = 1
+  BOOST_TEST(blocks[1].qs[18] == 16);   // x = 2
+  BOOST_TEST(blocks[1].qs[19] == 24);   // x = 3
+  BOOST_TEST(blocks[1].qs[15] == -8);   // x = -1
+  BOOST_TEST(blocks[1].qs[31] == 119);  // x = 15: 119.0625
   BOOST_TEST(blocks[2].d == 0u);
   for (int j = 0; j < 32; ++j) BOOST_TEST(blocks[2].qs[j] == 0);
   // ggml's byte layout: 2 bytes of little-endian fp16, then the 32 codes; 34 bytes a block

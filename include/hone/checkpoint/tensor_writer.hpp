@@ -106,9 +106,11 @@ class tensor_writer {
   /// add(); the callback must stay valid, and give the same bytes, until the last write. It may be
   /// called from several threads at once, for different rows (the compressed writer reads its
   /// chunks in parallel): it must only read shared state.
-  tensor_writer& add_gathered(std::string name, io::dtype type, shape_type shape, gather_fn gather) {
-    HONE_REQUIRE(static_cast<bool>(gather), "hone::checkpoint::tensor_writer::add_gathered: tensor '" +
-                                                name + "' has no gather function");
+  tensor_writer& add_gathered(std::string name, io::dtype type, shape_type shape,
+                              gather_fn gather) {
+    HONE_REQUIRE(static_cast<bool>(gather),
+                 "hone::checkpoint::tensor_writer::add_gathered: tensor '" + name +
+                     "' has no gather function");
     HONE_REQUIRE(!shape.empty(), "hone::checkpoint::tensor_writer::add_gathered: tensor '" + name +
                                      "' needs at least one dimension (its rows)");
     const auto bytes = checked_byte_size(shape, io::dtype_size(type));

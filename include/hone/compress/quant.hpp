@@ -62,10 +62,11 @@ inline std::string quant_index(std::size_t i, std::size_t cols) {
 inline void require_finite(std::span<const float> w, std::size_t cols, const char* who) {
   for (std::size_t i = 0; i < w.size(); ++i) {
     if (!std::isfinite(w[i])) [[unlikely]] {
-      ::hone::detail::config_failure(std::string(who) + ": the value at index " + quant_index(i, cols) + " is " +
-                     (std::isnan(w[i]) ? "NaN" : "infinite") +
-                     "; int8 quantization needs finite values (check the weights or the "
-                     "activations before quantizing).");
+      ::hone::detail::config_failure(
+          std::string(who) + ": the value at index " + quant_index(i, cols) + " is " +
+          (std::isnan(w[i]) ? "NaN" : "infinite") +
+          "; int8 quantization needs finite values (check the weights or the "
+          "activations before quantizing).");
     }
   }
 }
@@ -95,10 +96,10 @@ inline std::int8_t quantize_symmetric(float x, float scale) noexcept {
   constexpr const char* who = "hone::compress::quantize_weights";
   HONE_REQUIRE(rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows,
                std::string(who) + ": rows * cols overflows.");
-  HONE_REQUIRE(w.size() == rows * cols,
-               std::string(who) + ": the weights hold " + std::to_string(w.size()) +
-                   " values, but the shape [" + std::to_string(rows) + ", " +
-                   std::to_string(cols) + "] needs " + std::to_string(rows * cols) + ".");
+  HONE_REQUIRE(w.size() == rows * cols, std::string(who) + ": the weights hold " +
+                                            std::to_string(w.size()) + " values, but the shape [" +
+                                            std::to_string(rows) + ", " + std::to_string(cols) +
+                                            "] needs " + std::to_string(rows * cols) + ".");
   detail::require_finite(w, cols, who);
   quantized_weights q;
   q.rows = rows;
@@ -142,8 +143,8 @@ inline constexpr std::size_t q8_0_block_size = 32;
 
 /// One Q8_0 block, laid out as ggml's block_q8_0: the fp16 scale bits, then 32 codes.
 struct block_q8_0 {
-  std::uint16_t d;                     // fp16 bits of the scale
-  std::int8_t qs[q8_0_block_size];     // codes
+  std::uint16_t d;                  // fp16 bits of the scale
+  std::int8_t qs[q8_0_block_size];  // codes
 };
 static_assert(sizeof(block_q8_0) == 34 && alignof(block_q8_0) == 2,
               "block_q8_0 must have ggml's 34-byte layout.");
@@ -163,8 +164,8 @@ static_assert(sizeof(block_q8_0) == 34 && alignof(block_q8_0) == 2,
     const float d = detail::abs_max(v) / 127.0f;
     const half hd(d);
     HONE_REQUIRE(std::isfinite(static_cast<float>(hd)),
-                 std::string(who) + ": block " + std::to_string(b) + " has max |x| = " +
-                     std::to_string(detail::abs_max(v)) +
+                 std::string(who) + ": block " + std::to_string(b) +
+                     " has max |x| = " + std::to_string(detail::abs_max(v)) +
                      ", whose scale does not fit in fp16 (max|x| must be at most 65504 * 127).");
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = hd.bits();
@@ -235,7 +236,9 @@ class minmax_observer {
     }
   }
   /// The range seen so far ({0, 0} before any value).
-  [[nodiscard]] quant_range range() const noexcept { return seen_ ? quant_range{lo_, hi_} : quant_range{}; }
+  [[nodiscard]] quant_range range() const noexcept {
+    return seen_ ? quant_range{lo_, hi_} : quant_range{};
+  }
 
  private:
   float lo_ = std::numeric_limits<float>::max(), hi_ = std::numeric_limits<float>::lowest();
@@ -266,7 +269,9 @@ class moving_average_minmax_observer {
       hi_ = hi_ + c_ * (*mx - hi_);
     }
   }
-  [[nodiscard]] quant_range range() const noexcept { return seen_ ? quant_range{lo_, hi_} : quant_range{}; }
+  [[nodiscard]] quant_range range() const noexcept {
+    return seen_ ? quant_range{lo_, hi_} : quant_range{};
+  }
 
  private:
   float c_;

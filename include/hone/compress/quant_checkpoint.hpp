@@ -2,8 +2,8 @@
 // compressed format). A quantized_weights `q` under name N is two tensors:
 //   N.qweight  I8  [rows, cols]   the codes
 //   N.scale    F32 [rows]         per_channel scales, or [] (a scalar) for per_tensor
-// (the shapes follow PyTorch's quantized tensors: 1-D per-channel scales, a scalar per-tensor scale).
-// docs/quant.md.
+// (the shapes follow PyTorch's quantized tensors: 1-D per-channel scales, a scalar per-tensor
+// scale). docs/quant.md.
 #pragma once
 
 #include <cmath>
@@ -38,7 +38,8 @@ inline void add_quantized(checkpoint::tensor_writer& w, const std::string& name,
                                                       const std::string& name) {
   const auto bad = [&](const std::string& what) {
     // The same form as the checkpoint readers' messages: "hone: '<file>': ...".
-    throw checkpoint_error("hone: '" + f.context() + "': quantized weights '" + name + "': " + what);
+    throw checkpoint_error("hone: '" + f.context() + "': quantized weights '" + name +
+                           "': " + what);
   };
   const checkpoint::tensor_info& qt = f.at(name + ".qweight");
   const checkpoint::tensor_info& st = f.at(name + ".scale");

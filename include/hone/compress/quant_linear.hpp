@@ -1,10 +1,10 @@
 // hone/compress/quant_linear.hpp: the dynamic int8 linear layer y = x W^T + b. W is quantized once
-// (symmetric int8, per output row) and packed; each call quantizes the rows of x to asymmetric uint8
-// (per row, zero point included), multiplies with int32 accumulation, and dequantizes and adds the
-// bias in the epilogue. Three kernels give bit-identical int32 accumulators: a scalar one, AVX2
-// (sign-extended 16-bit pairs, _mm256_madd_epi16, never saturating) and AVX-512 VNNI
-// (_mm512_dpbusd_epi32, u8 x s8 into int32); the fastest the CPU supports is chosen at run time, so a
-// generic -O2 build still gets it. docs/quant.md.
+// (symmetric int8, per output row) and packed; each call quantizes the rows of x to asymmetric
+// uint8 (per row, zero point included), multiplies with int32 accumulation, and dequantizes and
+// adds the bias in the epilogue. Three kernels give bit-identical int32 accumulators: a scalar one,
+// AVX2 (sign-extended 16-bit pairs, _mm256_madd_epi16, never saturating) and AVX-512 VNNI
+// (_mm512_dpbusd_epi32, u8 x s8 into int32); the fastest the CPU supports is chosen at run time, so
+// a generic -O2 build still gets it. docs/quant.md.
 #pragma once
 
 #include <oneapi/tbb/blocked_range.h>
@@ -40,10 +40,14 @@ enum class int8_kernel { automatic, scalar, avx2, avx512_vnni };
 
 [[nodiscard]] inline const char* int8_kernel_name(int8_kernel k) noexcept {
   switch (k) {
-    case int8_kernel::automatic: return "automatic";
-    case int8_kernel::scalar: return "scalar";
-    case int8_kernel::avx2: return "avx2";
-    case int8_kernel::avx512_vnni: return "avx512_vnni";
+    case int8_kernel::automatic:
+      return "automatic";
+    case int8_kernel::scalar:
+      return "scalar";
+    case int8_kernel::avx2:
+      return "avx2";
+    case int8_kernel::avx512_vnni:
+      return "avx512_vnni";
   }
   return "?";
 }
@@ -52,14 +56,17 @@ enum class int8_kernel { automatic, scalar, avx2, avx512_vnni };
 [[nodiscard]] inline bool int8_kernel_supported(int8_kernel k) noexcept {
   switch (k) {
     case int8_kernel::automatic:
-    case int8_kernel::scalar: return true;
+    case int8_kernel::scalar:
+      return true;
 #if HONE_QUANT_X86
-    case int8_kernel::avx2: return __builtin_cpu_supports("avx2");
+    case int8_kernel::avx2:
+      return __builtin_cpu_supports("avx2");
     case int8_kernel::avx512_vnni:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vnni");
 #else
-    default: return false;
+    default:
+      return false;
 #endif
   }
   return false;
@@ -72,9 +79,9 @@ enum class int8_kernel { automatic, scalar, avx2, avx512_vnni };
   return int8_kernel::scalar;
 }
 
-/// Weights [n, k] int8 packed for the kernels: panels of 16 output rows; within a panel, groups of 4
-/// consecutive k for each of the 16 rows: byte (panel p, group g, row i, j) = W[16 p + i, 4 g + j].
-/// k is padded to a multiple of 4 and n to a multiple of 16 with zero codes.
+/// Weights [n, k] int8 packed for the kernels: panels of 16 output rows; within a panel, groups of
+/// 4 consecutive k for each of the 16 rows: byte (panel p, group g, row i, j) = W[16 p + i, 4 g +
+/// j]. k is padded to a multiple of 4 and n to a multiple of 16 with zero codes.
 struct packed_int8_weights {
   std::size_t n = 0, k = 0;    // logical shape
   std::size_t kp = 0, np = 0;  // padded
@@ -83,8 +90,8 @@ struct packed_int8_weights {
   static packed_int8_weights pack(std::span<const std::int8_t> w, std::size_t n, std::size_t k) {
     HONE_REQUIRE(w.size() == n * k, "hone::compress::packed_int8_weights::pack: the codes hold " +
                                         std::to_string(w.size()) + " values, but [" +
-                                        std::to_string(n) + ", " + std::to_string(k) +
-                                        "] needs " + std::to_string(n * k) + ".");
+                                        std::to_string(n) + ", " + std::to_string(k) + "] needs " +
+                                        std::to_string(n * k) + ".");
     packed_int8_weights p;
     p.n = n;
     p.k = k;
@@ -156,8 +163,8 @@ __attribute__((target("avx2"))) inline void int8_gemm_avx2(const std::uint8_t* a
         const __m256i v1 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(b1)));
         const std::int8_t* wg = panel + g * 64;
         for (int q = 0; q < 4; ++q) {
-          const __m256i wq = _mm256_cvtepi8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(wg + 16 * q)));
+          const __m256i wq =
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wg + 16 * q)));
           acc0[q] = _mm256_add_epi32(acc0[q], _mm256_madd_epi16(wq, v0));
           acc1[q] = _mm256_add_epi32(acc1[q], _mm256_madd_epi16(wq, v1));
         }
@@ -214,19 +221,35 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_row
     std::int32_t* c, std::size_t ldc) {
   const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
   std::size_t r = 0;
-  for (; r + 8 <= m; r += 8) int8_vnni_tile<8, NP>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
+  for (; r + 8 <= m; r += 8)
+    int8_vnni_tile<8, NP>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
   const std::size_t left = m - r;
   const std::uint8_t* ar = a + r * w.kp;
   std::int32_t* cr = c + r * ldc + 16 * p;
   switch (left) {
-    case 7: int8_vnni_tile<7, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 6: int8_vnni_tile<6, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 5: int8_vnni_tile<5, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 4: int8_vnni_tile<4, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 3: int8_vnni_tile<3, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 2: int8_vnni_tile<2, NP>(ar, w.kp, panel, cr, ldc); break;
-    case 1: int8_vnni_tile<1, NP>(ar, w.kp, panel, cr, ldc); break;
-    default: break;
+    case 7:
+      int8_vnni_tile<7, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 6:
+      int8_vnni_tile<6, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 5:
+      int8_vnni_tile<5, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 4:
+      int8_vnni_tile<4, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 3:
+      int8_vnni_tile<3, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 2:
+      int8_vnni_tile<2, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    case 1:
+      int8_vnni_tile<1, NP>(ar, w.kp, panel, cr, ldc);
+      break;
+    default:
+      break;
   }
 }
 
@@ -253,27 +276,32 @@ inline void int8_gemm_panels(int8_kernel k, const std::uint8_t* a, std::size_t m
                              std::int32_t* c, std::size_t ldc) {
   switch (k) {
 #if HONE_QUANT_X86
-    case int8_kernel::avx512_vnni: int8_gemm_vnni(a, m, w, p0, p1, c, ldc); return;
-    case int8_kernel::avx2: int8_gemm_avx2(a, m, w, p0, p1, c, ldc); return;
+    case int8_kernel::avx512_vnni:
+      int8_gemm_vnni(a, m, w, p0, p1, c, ldc);
+      return;
+    case int8_kernel::avx2:
+      int8_gemm_avx2(a, m, w, p0, p1, c, ldc);
+      return;
 #endif
-    default: int8_gemm_scalar(a, m, w, p0, p1, c, ldc); return;
+    default:
+      int8_gemm_scalar(a, m, w, p0, p1, c, ldc);
+      return;
   }
 }
 
 }  // namespace detail
 
-/// c[r * np + o] = sum over k of a[r, k] * W[o, k] for r < m, o < np (int32, exact): `a` holds m rows
-/// of w.kp uint8 values, c holds m * w.np. Rows of 16-output panels run on oneTBB when the product is
-/// large. Every kernel gives the same integers.
-inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m,
-                      const packed_int8_weights& w, std::span<std::int32_t> c,
-                      int8_kernel kernel = int8_kernel::automatic) {
+/// c[r * np + o] = sum over k of a[r, k] * W[o, k] for r < m, o < np (int32, exact): `a` holds m
+/// rows of w.kp uint8 values, c holds m * w.np. Rows of 16-output panels run on oneTBB when the
+/// product is large. Every kernel gives the same integers.
+inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m, const packed_int8_weights& w,
+                      std::span<std::int32_t> c, int8_kernel kernel = int8_kernel::automatic) {
   constexpr const char* who = "hone::compress::int8_gemm";
   HONE_REQUIRE(a.size() == m * w.kp && c.size() == m * w.np,
                std::string(who) + ": a holds " + std::to_string(a.size()) + " bytes and c " +
                    std::to_string(c.size()) + " values; with m = " + std::to_string(m) +
-                   " they need m * kp = " + std::to_string(m * w.kp) + " and m * np = " +
-                   std::to_string(m * w.np) + ".");
+                   " they need m * kp = " + std::to_string(m * w.kp) +
+                   " and m * np = " + std::to_string(m * w.np) + ".");
   const int8_kernel k = detail::resolve_kernel(kernel, who);
   const std::size_t panels = w.np / 16;
   if (m * w.np * w.kp < (std::size_t{1} << 20)) {
@@ -284,8 +312,7 @@ inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m,
   tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, m, 64, 0, panels, 4),
                     [&](const tbb::blocked_range2d<std::size_t>& t) {
                       detail::int8_gemm_panels(k, a.data() + t.rows().begin() * w.kp,
-                                               t.rows().size(), w, t.cols().begin(),
-                                               t.cols().end(),
+                                               t.rows().size(), w, t.cols().begin(), t.cols().end(),
                                                c.data() + t.rows().begin() * w.np, w.np);
                     });
 }
@@ -323,8 +350,8 @@ inline void row_range_scalar(std::span<const float> x, float& lo, float& hi) noe
 /// The same range as row_range_scalar for finite x (a zero's sign may differ, which affine_uint8
 /// does not see). The masked forms with a full mask stand in for the plain intrinsics, whose
 /// undefined pass-through trips gcc 12's -Wmaybe-uninitialized.
-__attribute__((target("avx512f"))) inline void row_range_avx512(std::span<const float> x,
-                                                                float& lo, float& hi) noexcept {
+__attribute__((target("avx512f"))) inline void row_range_avx512(std::span<const float> x, float& lo,
+                                                                float& hi) noexcept {
   __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();
   std::size_t i = 0;
   for (; i + 16 <= x.size(); i += 16) {
@@ -423,26 +450,27 @@ inline affine_params quantize_row_uint8(std::span<const float> x, std::span<std:
 }
 
 /// The dynamic int8 linear layer y = x W^T + b with W [out_features, in_features] (see the header
-/// comment). y[r, o] = scale_x[r] * scale_w[o] * (acc[r, o] - zero_point[r] * sum_k Wq[o, k]) + b[o],
-/// the int32 accumulator corrected for the activation zero point in 64-bit integers, then scaled and
-/// biased in double and rounded once to float.
+/// comment). y[r, o] = scale_x[r] * scale_w[o] * (acc[r, o] - zero_point[r] * sum_k Wq[o, k]) +
+/// b[o], the int32 accumulator corrected for the activation zero point in 64-bit integers, then
+/// scaled and biased in double and rounded once to float.
 class dynamic_int8_linear {
  public:
   /// Quantizes `weight` ([out_features, in_features] row-major, fp32) per output row.
   dynamic_int8_linear(std::span<const float> weight, std::size_t out_features,
                       std::size_t in_features, std::span<const float> bias = {})
-      : dynamic_int8_linear(quantize_weights(weight, out_features, in_features,
-                                             quant_granularity::per_channel),
-                            bias) {}
+      : dynamic_int8_linear(
+            quantize_weights(weight, out_features, in_features, quant_granularity::per_channel),
+            bias) {}
 
   /// From already quantized weights (per channel or per tensor), e.g. loaded from a checkpoint.
   explicit dynamic_int8_linear(quantized_weights q, std::span<const float> bias = {})
       : q_(std::move(q)) {
     constexpr const char* who = "hone::compress::dynamic_int8_linear";
-    HONE_REQUIRE(q_.rows > 0 && q_.cols > 0,
-                 std::string(who) + ": the weight is [" + std::to_string(q_.rows) + ", " +
-                     std::to_string(q_.cols) + "]; a linear layer needs at least one input and "
-                     "one output feature.");
+    HONE_REQUIRE(q_.rows > 0 && q_.cols > 0, std::string(who) + ": the weight is [" +
+                                                 std::to_string(q_.rows) + ", " +
+                                                 std::to_string(q_.cols) +
+                                                 "]; a linear layer needs at least one input and "
+                                                 "one output feature.");
     // The int32 accumulators hold sums of k products |u8 * s8| <= 255 * 127 (the zero point
     // correction is applied in 64-bit), so k * 32385 must stay below 2^31.
     HONE_REQUIRE(q_.cols <= 66000,
@@ -451,8 +479,8 @@ class dynamic_int8_linear {
                      "split the layer along its inputs.");
     HONE_REQUIRE(bias.empty() || bias.size() == q_.rows,
                  std::string(who) + ": the bias holds " + std::to_string(bias.size()) +
-                     " values; it must be empty or hold out_features = " +
-                     std::to_string(q_.rows) + ".");
+                     " values; it must be empty or hold out_features = " + std::to_string(q_.rows) +
+                     ".");
     bias_.assign(bias.begin(), bias.end());
     packed_ = packed_int8_weights::pack(q_.values, q_.rows, q_.cols);
     wsum_.resize(q_.rows);
@@ -494,10 +522,9 @@ class dynamic_int8_linear {
     if (m * k < (std::size_t{1} << 16)) {
       quantize_rows(0, m);
     } else {
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m, 8),
-                        [&](const tbb::blocked_range<std::size_t>& rr) {
-                          quantize_rows(rr.begin(), rr.end());
-                        });
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, m, 8),
+          [&](const tbb::blocked_range<std::size_t>& rr) { quantize_rows(rr.begin(), rr.end()); });
     }
     int8_gemm(a_, m, packed_, acc_, kern);
     for (std::size_t r = 0; r < m; ++r) {

@@ -83,8 +83,8 @@ struct line_dataset_options {
   index_policy policy = index_policy::reuse_or_rebuild;
   bool save_index = true;  // write the index next to the file (or index_path)
   std::optional<std::filesystem::path> index_path{};  // default: "<file>.hidx"
-  std::size_t threads = 0;                          // 0: oneTBB's default concurrency
-  std::size_t chunk_bytes = std::size_t{4} << 20;   // bytes per scanned chunk (>= 1)
+  std::size_t threads = 0;                            // 0: oneTBB's default concurrency
+  std::size_t chunk_bytes = std::size_t{4} << 20;     // bytes per scanned chunk (>= 1)
 };
 
 namespace detail {

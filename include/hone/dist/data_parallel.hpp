@@ -197,8 +197,8 @@ class data_parallel {
   /// fails; config_error when no rank holds a sample.
   [[nodiscard]] double count_share(double local_count) {
     HONE_REQUIRE(std::isfinite(local_count) && local_count >= 0.0,
-                 "hone::data_parallel: this rank's sample count is " +
-                     std::to_string(local_count) + "; it must be finite and >= 0");
+                 "hone::data_parallel: this rank's sample count is " + std::to_string(local_count) +
+                     "; it must be finite and >= 0");
     double total = local_count;
     try {
       comm_->all_reduce(std::span<double>(&total, 1), dist::reduce_op::sum).wait();

@@ -334,10 +334,10 @@ inline file_digest hash_file(const std::filesystem::path& path) {
   return {total, h.digest()};
 }
 
-/// A whole file mapped read-only (MAP_PRIVATE), with its descriptor kept open for read_at. Move-only;
-/// the view stays valid while it lives.
-/// Note: if another process truncates the file while it is mapped, touching the lost pages raises
-/// SIGBUS; checkpoints are immutable once written, which is what makes mapping them safe.
+/// A whole file mapped read-only (MAP_PRIVATE), with its descriptor kept open for read_at.
+/// Move-only; the view stays valid while it lives. Note: if another process truncates the file
+/// while it is mapped, touching the lost pages raises SIGBUS; checkpoints are immutable once
+/// written, which is what makes mapping them safe.
 class mapped_file {
  public:
   mapped_file() noexcept = default;

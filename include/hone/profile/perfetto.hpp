@@ -167,7 +167,8 @@ class perfetto_writer final : public trace_sink {
   // Track uuids: unique within the file and, the pid being part of them, across the files of
   // several processes on one host; with a source (a rank), a hash of (kind, source, pid, index),
   // unique across hosts too (pids may repeat there) but for a 2^-64 chance per pair.
-  [[nodiscard]] std::uint64_t mix(std::uint64_t kind, std::uint64_t pid, std::uint64_t index) const {
+  [[nodiscard]] std::uint64_t mix(std::uint64_t kind, std::uint64_t pid,
+                                  std::uint64_t index) const {
     auto step = [](std::uint64_t z) {  // splitmix64's finalizer
       z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
       z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;

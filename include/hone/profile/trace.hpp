@@ -64,8 +64,7 @@ class trace {
     if (!opt_.perfetto.empty()) {
       std::string name = opt_.process_name;
       if (name.empty() && opt_.rank >= 0) name = "rank " + std::to_string(opt_.rank);
-      perfetto_.emplace(opt_.perfetto, std::move(name),
-                        static_cast<std::uint32_t>(opt_.rank + 1));
+      perfetto_.emplace(opt_.perfetto, std::move(name), static_cast<std::uint32_t>(opt_.rank + 1));
       sinks_.push_back(&*perfetto_);
     }
     if (!opt_.chrome_json.empty()) {

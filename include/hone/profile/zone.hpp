@@ -60,7 +60,9 @@ inline void nvtx_push(const char* name) noexcept {
   a.message.ascii = name;
   nvtxDomainRangePushEx(nvtx_domain(), &a);
 }
-inline void nvtx_pop() noexcept { nvtxDomainRangePop(nvtx_domain()); }
+inline void nvtx_pop() noexcept {
+  nvtxDomainRangePop(nvtx_domain());
+}
 #endif
 }  // namespace detail
 

@@ -235,10 +235,11 @@ io::file_digest write_gathered_columns(const Buffer& buffer,
     const replay_field_desc& f = fields[i];
     checkpoint::shape_type shape{capacity};
     shape.insert(shape.end(), f.shape.begin(), f.shape.end());
-    columns.add_gathered(f.name, f.type, std::move(shape),
-                         [&buffer, i](std::uint64_t first, std::uint64_t, std::span<std::byte> out) {
-                           buffer.read_field(i, static_cast<std::size_t>(first), out);
-                         });
+    columns.add_gathered(
+        f.name, f.type, std::move(shape),
+        [&buffer, i](std::uint64_t first, std::uint64_t, std::span<std::byte> out) {
+          buffer.read_field(i, static_cast<std::size_t>(first), out);
+        });
   }
   return checkpoint::write_tensors(columns, path);
 }

@@ -354,8 +354,8 @@ class prediction_cache {
   /// models whose version does not change concurrently.
   template <class F>
   requires std::convertible_to<std::invoke_result_t<F&, std::uint64_t>, Output> ||
-           std::convertible_to<std::invoke_result_t<F&>, Output>
-  Output get_or_compute(std::span<const std::byte> input, F&& compute) {
+      std::convertible_to<std::invoke_result_t<F&>, Output>
+          Output get_or_compute(std::span<const std::byte> input, F&& compute) {
     const std::uint64_t version = model_version();
     if (auto hit = get(version, input)) return std::move(*hit);
     Output out = [&]() -> Output {

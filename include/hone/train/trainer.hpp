@@ -130,13 +130,12 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     static_assert(check_trainable<Model, Batch>());
     static_assert(accumulation_policy<accumulation_type, Batch>,
                   "hone::trainer: the accumulation policy cannot weight this batch type.");
-    static_assert(!types::constrained ||
-                      requires(typename types::constraint_type& c, trainer& t) {
-                        c.after_update(t);
-                      },
-                  "hone::trainer: the weight constraint policy must have a member function "
-                  "template <class Trainer> void after_update(Trainer& t), which the trainer "
-                  "calls after every applied update.");
+    static_assert(
+        !types::constrained ||
+            requires(typename types::constraint_type & c, trainer & t) { c.after_update(t); },
+        "hone::trainer: the weight constraint policy must have a member function "
+        "template <class Trainer> void after_update(Trainer& t), which the trainer "
+        "calls after every applied update.");
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     const std::vector<float> weights = p_.accumulation.template weights<Batch>(micro_batches);
     // The gradients' weights: the accumulation's, or (a reduction weighting ranks by their sample
@@ -149,9 +148,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
           for (const Batch& b : micro_batches) {
             local += static_cast<double>(batch_traits<Batch>::count(b));
           }
-          const double share = observe(step_phase::reduce, [&] {
-            return p_.reduction.count_share(local);
-          });
+          const double share =
+              observe(step_phase::reduce, [&] { return p_.reduction.count_share(local); });
           for (float& w : grad_weights) w = static_cast<float>(static_cast<double>(w) * share);
         } else {
           throw config_error(
@@ -178,9 +176,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
             model_traits<Model>::forward_backward(*p_.model, micro_batches[i], r.loss_scale));
       });
       loss += static_cast<double>(weights[i]) * static_cast<double>(l);
-      observe(step_phase::unscale, [&] {
-        backend_.accumulate(p_, grad_weights[i] * inv_scale, /*accumulate=*/i > 0);
-      });
+      observe(step_phase::unscale,
+              [&] { backend_.accumulate(p_, grad_weights[i] * inv_scale, /*accumulate=*/i > 0); });
     }
     r.loss = static_cast<float>(loss);
     if constexpr (types::reduces) {
