@@ -52,9 +52,9 @@ struct step_record {
 };
 
 inline mlp_batch scenario_batch(const scenario& sc, int step, int rank) {
-  mlp_batch b = make_mlp_batch(
-      sc.rows + static_cast<std::size_t>(rank) * sc.extra_rows_per_rank,
-      1000u * static_cast<unsigned>(step) + static_cast<unsigned>(rank) + 7u);
+  mlp_batch b =
+      make_mlp_batch(sc.rows + static_cast<std::size_t>(rank) * sc.extra_rows_per_rank,
+                     1000u * static_cast<unsigned>(step) + static_cast<unsigned>(rank) + 7u);
   if (step == sc.poison_step && rank == sc.poison_rank)
     b.poison = std::numeric_limits<float>::infinity();
   return b;
@@ -127,4 +127,82 @@ inline double max_abs_diff(std::span<const float> a, std::span<const float> b) {
     m = std::max(m, d < 0 ? -d : d);
   }
   return a.size() == b.size() ? m : std::numeric_limits<double>::infinity();
+}
+
+// ---- uneven inputs: ranks with different numbers of batches (hone::dist::join) ----
+
+/// The model's working weights, as floats (to check that join published the taken state).
+inline std::vector<float> model_weights(mlp<hone::half>& m) {
+  std::vector<float> out;
+  for (const auto* v : {&m.w1, &m.b1, &m.w2, &m.b2})
+    for (hone::half x : *v) out.push_back(static_cast<float>(x));
+  return out;
+}
+
+/// One rank's run over several epochs: in epoch e it trains on its steps_of_rank[e][rank] batches
+/// (scenario_batch of the epoch's global step and its rank), then calls hone::dist::join.
+struct join_run {
+  std::vector<std::vector<step_record>> epochs;  // this rank's own steps, per epoch
+  std::vector<step_record> after_join;           // the state after each epoch's join
+  std::vector<std::vector<float>> model_after_join;
+  std::vector<hone::dist::join_report> reports;
+};
+
+/// The global step at which epoch e begins: the epochs before it last as long as their longest
+/// rank.
+inline int epoch_start(const std::vector<std::vector<int>>& steps_of_rank, std::size_t e) {
+  int start = 0;
+  for (std::size_t k = 0; k < e; ++k)
+    start += *std::max_element(steps_of_rank[k].begin(), steps_of_rank[k].end());
+  return start;
+}
+
+template <class Comm>
+join_run train_replica_uneven(Comm& comm, const scenario& sc,
+                              const std::vector<std::vector<int>>& steps_of_rank) {
+  mlp<hone::half> m;
+  hone::data_parallel_options o = scenario_buckets;
+  o.weight_by_count = sc.weight_by_count;
+  o.uneven_inputs = true;
+  auto t = scenario_trainer(m, hone::data_parallel(comm, o));
+  const auto rank = static_cast<std::size_t>(comm.rank());
+  join_run out;
+  for (std::size_t e = 0; e < steps_of_rank.size(); ++e) {
+    const int start = epoch_start(steps_of_rank, e);
+    out.epochs.emplace_back();
+    for (int s = 0; s < steps_of_rank[e][rank]; ++s) {
+      const mlp_batch b = scenario_batch(sc, start + s, comm.rank());
+      out.epochs.back().push_back(record(t, t.step(b)));
+    }
+    out.reports.push_back(hone::dist::join(t));
+    out.after_join.push_back(record(t, hone::step_report{}));
+    out.model_after_join.push_back(model_weights(m));
+  }
+  return out;
+}
+
+/// One process accumulating, at every global step, the batches of the ranks that still have one.
+struct uneven_reference {
+  std::vector<step_record> steps;                // per global step
+  std::vector<std::vector<float>> model_at_end;  // the model's weights at the end of each epoch
+};
+
+inline uneven_reference train_reference_uneven(const scenario& sc,
+                                               const std::vector<std::vector<int>>& steps_of_rank) {
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m);
+  uneven_reference out;
+  for (std::size_t e = 0; e < steps_of_rank.size(); ++e) {
+    const int start = epoch_start(steps_of_rank, e);
+    const int longest = *std::max_element(steps_of_rank[e].begin(), steps_of_rank[e].end());
+    for (int s = 0; s < longest; ++s) {
+      std::vector<mlp_batch> mb;
+      for (std::size_t r = 0; r < steps_of_rank[e].size(); ++r)
+        if (s < steps_of_rank[e][r])
+          mb.push_back(scenario_batch(sc, start + s, static_cast<int>(r)));
+      out.steps.push_back(record(t, t.step(std::span<const mlp_batch>(mb))));
+    }
+    out.model_at_end.push_back(model_weights(m));
+  }
+  return out;
 }

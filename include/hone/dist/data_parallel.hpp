@@ -32,16 +32,30 @@
 // hone::dist::mpi_comm's) is rethrown as hone::dist_error naming the step (the number of this
 // reduction), the bucket, the collective and the communicator's own message (operation, rank).
 // The reduction then stays pending: finish_pending() waits for it again (a late rank may arrive),
-// or the job is ended (mpi_comm::abort()). See docs/dist.md, "Data parallel".
+// or the job is ended (mpi_comm::abort()).
+//
+// Uneven inputs (options .uneven_inputs, PyTorch DDP's Join): ranks may run out of batches at
+// different steps. Each step then begins with one all_reduce of {samples, still active}; a rank
+// with no batch left calls hone::dist::join(trainer), which answers those exchanges with
+// {0, 0} and takes part in the step's reduction with zero gradients until every rank has joined,
+// then gives every rank the trainer state of a rank that trained to the end. `average` divides by
+// the ranks still active, so each step's gradient is the mean over the batches that exist.
+// See docs/dist.md, "Data parallel" and "Uneven inputs".
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -71,6 +85,15 @@ struct data_parallel_options {
   /// double); each rank's micro-batch weights become count / global count, and the reduction
   /// sums (`average` is then ignored). The reported loss stays this rank's own mean.
   bool weight_by_count = false;
+  /// Ranks may run out of batches at different steps (uneven inputs; PyTorch DDP's Join). A rank
+  /// with no batch left calls hone::dist::join(trainer): until every rank has joined it takes part
+  /// in the other ranks' steps with zero gradients and a sample count of 0, then every rank takes
+  /// the trainer state of a rank that trained to the end. Each step then begins with one more
+  /// all_reduce of two doubles, {samples, still active} (merged with weight_by_count's count
+  /// exchange), and `average` divides by the number of ranks still active, so the gradient is the
+  /// mean over the ranks that had a batch, as one process accumulating their batches computes.
+  /// Every rank must set it alike.
+  bool uneven_inputs = false;
 };
 
 namespace dist {
@@ -122,7 +145,7 @@ namespace detail {
 /// What one reduction has in flight, and the plan it runs. Copying it gives a fresh state (no
 /// plan, no requests, no count), so that the policy object stays copyable (the trainer copies
 /// its policies) while its requests are move-only.
-template <class ScatterRequest, class GatherRequest>
+template <class ScatterRequest, class GatherRequest, class FlagRequest>
 struct dp_state {
   /// One reduce_scatter + all_gather: a slice of the arena, or the padded tail of the last bucket.
   struct piece {
@@ -155,6 +178,18 @@ struct dp_state {
   std::size_t averaged = 0;      // pieces whose scatter is waited (and averaged)
   std::size_t gathered_started = 0;
   std::size_t gathered = 0;  // pieces whose gather is waited
+
+  // ---- uneven inputs (data_parallel_options::uneven_inputs) ----
+  /// What follows the exchange of {samples, still active} once it completes.
+  enum class after_flags { nothing, reduce, shadow };
+  std::array<double, 2> flags{};        // {samples, still active}: this rank's, then the sums
+  std::optional<FlagRequest> flag_req;  // the exchange in flight
+  bool flags_pending = false;           // an exchange failed and is not complete
+  after_flags then = after_flags::nothing;
+  bool flags_known = false;       // exchanged by count_share() for this step's reduce()
+  std::size_t active = 0;         // ranks with a batch in the current step
+  std::uint64_t last_active = 0;  // the last reduction in which this rank had a batch
+  std::uint64_t shadowed = 0;     // steps taken part in after joining
 };
 
 }  // namespace detail
@@ -175,7 +210,9 @@ class data_parallel {
       dist::reduce_op::sum));
   using gather_request = decltype(std::declval<Comm&>().all_gather(
       std::declval<std::span<const float>>(), std::declval<std::span<float>>()));
-  using state_type = dist::detail::dp_state<scatter_request, gather_request>;
+  using flag_request = decltype(std::declval<Comm&>().all_reduce(std::declval<std::span<double>>(),
+                                                                 dist::reduce_op::sum));
+  using state_type = dist::detail::dp_state<scatter_request, gather_request, flag_request>;
 
  public:
   using role = roles::gradient_reduction;
@@ -200,11 +237,18 @@ class data_parallel {
                  "hone::data_parallel: this rank's sample count is " + std::to_string(local_count) +
                      "; it must be finite and >= 0");
     double total = local_count;
-    try {
-      comm_->all_reduce(std::span<double>(&total, 1), dist::reduce_op::sum).wait();
-    } catch (const std::exception& e) {
-      throw dist_error("hone::data_parallel: step " + std::to_string(s_.reductions + 1) +
-                       ": the all_reduce of the sample counts failed: " + e.what());
+    if (options_.uneven_inputs) {
+      refuse_if_pending(s_.reductions + 1);
+      exchange_flags(s_.reductions + 1, local_count, 1.0, state_type::after_flags::nothing);
+      s_.flags_known = true;
+      total = s_.flags[0];
+    } else {
+      try {
+        comm_->all_reduce(std::span<double>(&total, 1), dist::reduce_op::sum).wait();
+      } catch (const std::exception& e) {
+        throw dist_error("hone::data_parallel: step " + std::to_string(s_.reductions + 1) +
+                         ": the all_reduce of the sample counts failed: " + e.what());
+      }
     }
     HONE_REQUIRE(total > 0.0, "hone::data_parallel: no rank holds a sample in step " +
                                   std::to_string(s_.reductions + 1) +
@@ -217,13 +261,68 @@ class data_parallel {
   /// naming the step and bucket when a collective fails or times out (the reduction then stays
   /// pending: finish_pending()), and config_error when the arena size changes between calls.
   void reduce(std::span<float> master_gradients) {
-    if (s_.pending) {
-      throw dist_error(where(s_.pieces.empty() ? 0 : s_.averaged) +
-                       ": reduce() was called again while that reduction, which failed, is still "
-                       "pending. Call finish_pending() (it waits for the late ranks again) before "
-                       "the next step, or end the job (e.g. mpi_comm::abort())");
-    }
+    refuse_if_pending(s_.reductions);
     ++s_.reductions;
+    if (options_.uneven_inputs) {
+      s_.last_active = s_.reductions;
+      s_.grads = master_gradients;
+      if (!s_.flags_known) {
+        exchange_flags(s_.reductions, 0.0, 1.0, state_type::after_flags::reduce);
+      }
+      s_.flags_known = false;
+    }
+    start(master_gradients);
+  }
+
+  /// One step of a rank that has joined (data_parallel_options::uneven_inputs; called by
+  /// hone::dist::join, which most programs use instead): exchanges {0 samples, not active} with
+  /// the other ranks and, when some rank is still active, takes part in that step's reduction
+  /// with `gradient_arena` set to zeros (its contents are overwritten with the reduced gradients,
+  /// which this rank does not apply). Returns false, after the exchange only, once every rank has
+  /// joined. Throws dist_error naming the step when a collective fails or times out (the step
+  /// stays pending: finish_pending()), config_error without uneven_inputs.
+  [[nodiscard]] bool join_step(std::span<float> gradient_arena) {
+    HONE_REQUIRE(options_.uneven_inputs,
+                 "hone::data_parallel: a rank joined (it ran out of batches) but "
+                 "data_parallel_options::uneven_inputs is off, so the other ranks do not "
+                 "exchange the still-active flags it answers and would wait for it. Set "
+                 ".uneven_inputs = true in the options of every rank");
+    refuse_if_pending(s_.reductions);
+    ++s_.reductions;
+    s_.grads = gradient_arena;
+    exchange_flags(s_.reductions, 0.0, 0.0, state_type::after_flags::shadow);
+    return shadow();
+  }
+
+  /// After every rank has joined (join_step returned false on every rank): the rank whose trainer
+  /// state the others take, the lowest-numbered of those that had a batch in the last step in
+  /// which any rank had one (rank 0 when no rank had any). One all_reduce (max) of one double.
+  [[nodiscard]] int last_joiner() {
+    const auto n = static_cast<std::uint64_t>(comm_->size());
+    const auto mine = static_cast<std::uint64_t>(comm_->size() - 1 - comm_->rank());
+    double key = static_cast<double>(s_.last_active * n + mine);
+    try {
+      comm_->all_reduce(std::span<double>(&key, 1), dist::reduce_op::max).wait();
+    } catch (const std::exception& e) {
+      throw dist_error("hone::data_parallel: after step " + std::to_string(s_.reductions) +
+                       " on rank " + std::to_string(comm_->rank()) + " of " +
+                       std::to_string(comm_->size()) +
+                       ", the all_reduce that picks the rank whose state every rank takes after "
+                       "the join failed: " +
+                       e.what());
+    }
+    return static_cast<int>(n - 1 - static_cast<std::uint64_t>(key) % n);
+  }
+
+  /// Steps this rank has taken part in after joining (zero gradients), over its whole life.
+  [[nodiscard]] std::uint64_t shadowed_steps() const noexcept { return s_.shadowed; }
+  /// With uneven_inputs: the number of ranks that had a batch in the last step (after reduce()
+  /// or join_step()); the divisor of `average`.
+  [[nodiscard]] std::size_t active_ranks() const noexcept { return s_.active; }
+
+ private:
+  /// Starts the bucket reduction of `master_gradients` and drives it to the end.
+  void start(std::span<float> master_gradients) {
     prepare(master_gradients.size());
     s_.grads = master_gradients;
     s_.pending = true;
@@ -237,15 +336,97 @@ class data_parallel {
     drive();
   }
 
+  /// The exchange of {samples, still active} that begins a step with uneven_inputs: all-reduces
+  /// {count, active} (sums) and keeps the request in the state, so that a wait that fails leaves
+  /// it pending for finish_pending(), and `then` says what follows it there.
+  void exchange_flags(std::uint64_t step, double count, double active,
+                      typename state_type::after_flags then) {
+    s_.flags = {count, active};
+    s_.then = then;
+    s_.flag_req.reset();
+    try {
+      s_.flag_req.emplace(comm_->all_reduce(std::span<double>(s_.flags), dist::reduce_op::sum));
+    } catch (const dist_error& e) {
+      throw dist_error(flags_where(step) + ": " + e.what());
+    }
+    s_.flags_pending = true;
+    wait_flags(step);
+  }
+
+  void wait_flags(std::uint64_t step) {
+    try {
+      s_.flag_req->wait();
+    } catch (const dist_error& e) {
+      throw dist_error(flags_where(step) + ": " + e.what() +
+                       " [the exchange is still pending: finish_pending() waits for it again, "
+                       "else end the job]");
+    }
+    s_.flag_req.reset();
+    s_.flags_pending = false;
+    s_.active = static_cast<std::size_t>(s_.flags[1]);
+  }
+
+  [[nodiscard]] std::string flags_where(std::uint64_t step) const {
+    return "hone::data_parallel: step " + std::to_string(step) + " on rank " +
+           std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()) +
+           (s_.then == state_type::after_flags::shadow
+                ? " (joined: this rank has no batch left and takes part with zero gradients)"
+                : "") +
+           ", the all_reduce of the sample counts and still-active flags";
+  }
+
+  /// A joined rank's part after the exchange: nothing once every rank has joined, else the
+  /// step's reduction of zeros.
+  bool shadow() {
+    if (s_.active == 0) return false;
+    ++s_.shadowed;
+    HONE_REQUIRE(!options_.weight_by_count || s_.flags[0] > 0.0,
+                 "hone::data_parallel: no rank holds a sample in step " +
+                     std::to_string(s_.reductions) + " (the global sample count is 0)");
+    std::fill(s_.grads.begin(), s_.grads.end(), 0.0f);
+    start(s_.grads);
+    return true;
+  }
+
+  void refuse_if_pending(std::uint64_t step) const {
+    if (s_.flags_pending) {
+      throw dist_error(flags_where(step) +
+                       " failed and is still pending; a new step cannot start. Call "
+                       "finish_pending() (it waits for the late ranks again) first, or end the "
+                       "job (e.g. mpi_comm::abort())");
+    }
+    if (s_.pending) {
+      throw dist_error(where(s_.pieces.empty() ? 0 : s_.averaged) +
+                       ": reduce() was called again while that reduction, which failed, is still "
+                       "pending. Call finish_pending() (it waits for the late ranks again) before "
+                       "the next step, or end the job (e.g. mpi_comm::abort())");
+    }
+  }
+
+ public:
   /// Completes a reduction that threw (a collective timed out: a late rank may still arrive), so
   /// that its requests are released without ending the job. The gradients are then reduced, but
-  /// the trainer step that threw applied nothing. Does nothing when no reduction is pending.
+  /// the trainer step that threw applied nothing. With uneven_inputs, a failed exchange of the
+  /// still-active flags is completed too, followed by the reduction it began (reduce() or
+  /// join_step(); after a join_step, call hone::dist::join again to go on). Does nothing when
+  /// nothing is pending.
   void finish_pending() {
+    if (s_.flags_pending) {
+      wait_flags(s_.reductions);
+      if (s_.then == state_type::after_flags::reduce) {
+        s_.flags_known = false;
+        start(s_.grads);
+      } else if (s_.then == state_type::after_flags::shadow) {
+        (void)shadow();
+      }
+      return;
+    }
     if (s_.pending) drive();
   }
 
-  /// Whether a reduction that threw is still pending.
-  [[nodiscard]] bool pending() const noexcept { return s_.pending; }
+  /// Whether a reduction (or, with uneven_inputs, an exchange of the still-active flags) that
+  /// threw is still pending.
+  [[nodiscard]] bool pending() const noexcept { return s_.pending || s_.flags_pending; }
   /// The number of reduce() calls so far (one per trainer step, skipped steps included): the
   /// "step" that error messages name.
   [[nodiscard]] std::uint64_t reductions() const noexcept { return s_.reductions; }
@@ -324,8 +505,10 @@ class data_parallel {
       const std::size_t block = p.count / n;
       if (s_.averaged == k) {
         guarded(k, "reduce_scatter", [&] { s_.scatters[k].wait(); });
-        if (options_.average && !options_.weight_by_count && n > 1) {
-          const auto ranks_f = static_cast<float>(n);
+        // The divisor: every rank, or with uneven_inputs the ranks that had a batch this step.
+        const std::size_t divisor = options_.uneven_inputs ? s_.active : n;
+        if (options_.average && !options_.weight_by_count && divisor > 1) {
+          const auto ranks_f = static_cast<float>(divisor);
           for (std::size_t i = 0; i < block; ++i) shard[i] /= ranks_f;
         }
         s_.averaged = k + 1;
@@ -397,6 +580,128 @@ void broadcast_weights(Trainer& trainer, Comm& comm, int root = 0) {
   comm.broadcast(w, root).wait();
   trainer.publish_weights();
 }
+
+/// What hone::dist::join did on this rank.
+struct join_report {
+  /// Steps of the other ranks this rank took part in with zero gradients after it joined.
+  std::uint64_t shadowed_steps = 0;
+  /// The rank whose trainer state every rank took at the end (data_parallel::last_joiner()).
+  int state_from = 0;
+};
+
+namespace detail {
+/// Broadcasts a host span of any trivially copyable element type from `root`: float and double
+/// directly, others as their bytes through a float staging buffer (a broadcast moves bits).
+template <class Comm, class T>
+void broadcast_bits(Comm& comm, std::span<T> data, int root) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    comm.broadcast(data, root).wait();
+  } else {
+    static_assert(std::is_trivially_copyable_v<T>,
+                  "hone::dist::join: an optimizer state tensor's element type is not trivially "
+                  "copyable, so its bytes cannot be broadcast.");
+    std::vector<float> staging((data.size_bytes() + sizeof(float) - 1) / sizeof(float), 0.0f);
+    if (!data.empty()) std::memcpy(staging.data(), data.data(), data.size_bytes());
+    comm.broadcast(std::span<float>(staging), root).wait();
+    if (!data.empty()) std::memcpy(data.data(), staging.data(), data.size_bytes());
+  }
+}
+}  // namespace detail
+
+namespace detail {
+template <class R>
+concept joinable_reduction = requires(R& r, std::span<float> g) {
+  { r.join_step(g) } -> std::same_as<bool>;
+  { r.last_joiner() } -> std::convertible_to<int>;
+  r.communicator();
+};
+template <class Trainer>
+join_report join_host(Trainer& trainer);
+}  // namespace detail
+
+/// For a rank that has run out of batches (uneven inputs, PyTorch DDP's Join): takes part in the
+/// other ranks' remaining steps with zero gradients and a sample count of 0 until every rank has
+/// called join, then gives every rank the trainer state of the lowest-numbered rank that had a
+/// batch in the last step: master weights (published into the model), optimizer state, step
+/// count and loss scaler. Those ranks applied the same reduced gradients to the same state, so
+/// after the join every rank holds the bits one process accumulating every rank's batches step by
+/// step would (within the rounding of the reduction order: docs/dist.md). Every rank calls it
+/// once its batches are done (the last one too), with data_parallel_options::uneven_inputs set on
+/// every rank; afterwards the ranks may train on (the next epoch).
+///
+/// A collective that fails or times out throws dist_error naming the step and the communicator's
+/// message (for mpi_comm: the ranks that have not started it), never a hang; the step stays
+/// pending (t.gradient_reduction().finish_pending(), then join again, or end the job). Host
+/// trainers whose gradient reduction is hone::data_parallel.
+template <class Trainer>
+join_report join(Trainer& trainer) {
+  using reduction = std::remove_cvref_t<decltype(trainer.gradient_reduction())>;
+  if constexpr (!detail::joinable_reduction<reduction>) {
+    static_assert(detail::joinable_reduction<reduction>,
+                  "hone::dist::join: the trainer's gradient reduction policy is not "
+                  "hone::data_parallel (it has no join_step and last_joiner). Build the trainer "
+                  "with hone::data_parallel(comm, {.uneven_inputs = true}).");
+    return {};
+  } else if constexpr (!std::is_same_v<decltype(trainer.master_weights()), std::span<float>>) {
+    static_assert(std::is_same_v<decltype(trainer.master_weights()), std::span<float>>,
+                  "hone::dist::join: the trainer's master weights are not host memory "
+                  "(std::span<float>); join serves host trainers.");
+    return {};
+  } else {
+    return detail::join_host(trainer);
+  }
+}
+
+namespace detail {
+template <class Trainer>
+join_report join_host(Trainer& trainer) {
+  auto& dp = trainer.gradient_reduction();
+  join_report report;
+  {
+    // The joined rank's own gradient arena holds the zeros it contributes (its last gradients
+    // were applied, or discarded, by its last step; the next step overwrites them).
+    const auto g = trainer.master_gradients();
+    const std::span<float> arena(const_cast<float*>(g.data()), g.size());
+    while (dp.join_step(arena)) ++report.shadowed_steps;
+  }
+  auto& comm = dp.communicator();
+  const int root = dp.last_joiner();
+  report.state_from = root;
+  try {
+    broadcast_weights(trainer, comm, root);
+    trainer.optimizer_state().for_each_tensor(
+        [&](std::string_view /*name*/, auto& a) { detail::broadcast_bits(comm, a.all(), root); });
+    std::array<double, 5> scalars{static_cast<double>(trainer.steps_done()), 0, 0, 0, 0};
+    auto& scaler = trainer.scaler();
+    constexpr bool has_state = requires {
+      scaler.state();
+      scaler.load_state(scaler.state());
+    };
+    if constexpr (has_state) {
+      const auto st = scaler.state();
+      scalars[1] = static_cast<double>(st.scale);
+      scalars[2] = static_cast<double>(st.growth_tracker);
+      scalars[3] = static_cast<double>(st.hysteresis_tracker);
+      scalars[4] = static_cast<double>(st.skipped_steps);
+    }
+    comm.broadcast(std::span<double>(scalars), root).wait();
+    trainer.set_steps_done(static_cast<std::uint64_t>(scalars[0]));
+    if constexpr (has_state) {
+      auto st = scaler.state();
+      st.scale = static_cast<float>(scalars[1]);
+      st.growth_tracker = static_cast<std::int32_t>(scalars[2]);
+      st.hysteresis_tracker = static_cast<std::int32_t>(scalars[3]);
+      st.skipped_steps = static_cast<std::uint64_t>(scalars[4]);
+      scaler.load_state(st);
+    }
+  } catch (const dist_error& e) {
+    throw dist_error("hone::dist::join: on rank " + std::to_string(comm.rank()) + " of " +
+                     std::to_string(comm.size()) + ", taking rank " + std::to_string(root) +
+                     "'s trainer state after the join failed: " + e.what());
+  }
+  return report;
+}
+}  // namespace detail
 
 }  // namespace dist
 
