@@ -13,8 +13,12 @@ hone::all links them all, as the one of hone's own CMake package does):
     cuda=True     hone::cuda     (component "cuda", defines HONE_WITH_CUDA=1, CUDA::cudart)
     mpi=True      hone::mpi      (component "mpi",  defines HONE_WITH_MPI=1, MPI)
     nccl=True     hone::nccl     (component "nccl", defines HONE_WITH_NCCL=1, NCCL; needs cuda=True)
+    compiled=True hone::compiled (component "compiled": the static library libhone_compiled.a,
+                  built with CMake; defines HONE_SEPARATE_COMPILATION=1 for its users, see
+                  docs/install.md, "Separate compilation")
     tools=True    bin/hone-ckpt and bin/hone-info, built with CMake (the default; with
-                  tools=False the package is headers only, one package for every configuration)
+                  tools=False and compiled=False the package is headers only, one package for
+                  every configuration)
 """
 
 import os
@@ -92,21 +96,22 @@ class HoneConan(ConanFile):
     name = "hone"
     description = "Fast, lean C++ training loops: policies for your own model"
     license = "MIT"
-    # The same address as project(hone HOMEPAGE_URL ...) in CMakeLists.txt (tests/package checks).
-    homepage = "https://github.com/hone-ml/hone"
-    url = homepage  # the recipe lives in the project's repository
+    # No homepage or url: the project has no published address yet, and Conan needs neither for a
+    # recipe created from this checkout (tests/package/run_metadata.cmake checks that no packaging
+    # file names an address CMakeLists.txt does not).
     topics = ("machine-learning", "training", "header-only", "cuda", "tbb")
-    # Headers and executables: not one of Conan's package types. configure() makes it a
-    # header-library when the tools are not built.
+    # Headers, executables and (compiled=True) a static library: not one of Conan's package types.
+    # configure() makes it a header-library or a static-library when it holds only those.
     package_type = "unknown"
     settings = "os", "arch", "compiler", "build_type"
-    options = {"tools": [True, False], "xtensor": [True, False], "cuda": [True, False],
-               "mpi": [True, False], "nccl": [True, False]}
-    default_options = {"tools": True, "xtensor": False, "cuda": False, "mpi": False,
-                       "nccl": False}
-    # The headers, and what builds the tools (not editor or temporary files that may sit there).
+    options = {"tools": [True, False], "compiled": [True, False], "xtensor": [True, False],
+               "cuda": [True, False], "mpi": [True, False], "nccl": [True, False]}
+    default_options = {"tools": True, "compiled": False, "xtensor": False, "cuda": False,
+                       "mpi": False, "nccl": False}
+    # The headers, and what builds the tools and hone::compiled (not editor or temporary files
+    # that may sit there).
     exports_sources = ("include/*.hpp", "include/*.cuh", "include/*.h", "CMakeLists.txt",
-                       "cmake/*", "tools/*", "LICENSE")
+                       "cmake/*", "tools/*", "src/*.cpp", "LICENSE")
     no_copy_source = True
 
     def set_version(self):
@@ -121,7 +126,11 @@ class HoneConan(ConanFile):
 
     def configure(self):
         if not self.options.tools:
-            self.package_type = "header-library"
+            self.package_type = "static-library" if self.options.compiled else "header-library"
+
+    def _builds(self):
+        """True when CMake builds something: the tools, hone::compiled or both."""
+        return bool(self.options.tools or self.options.compiled)
 
     def layout(self):
         cmake_layout(self, src_folder=".")
@@ -151,12 +160,13 @@ class HoneConan(ConanFile):
             raise ConanInvalidConfiguration("hone/*:nccl=True needs hone/*:cuda=True")
 
     def package_id(self):
-        if not self.info.options.tools:
+        if not self.info.options.tools and not self.info.options.compiled:
             # Headers only: one package for every configuration.
             self.info.clear()
             return
-        # The tools depend on the settings, not on the components: those only select what
-        # package_info() declares, so every option set shares one binary package.
+        # The tools and hone::compiled depend on the settings (and the package holds the library
+        # only with compiled=True, so that option stays in the id); the other components only
+        # select what package_info() declares, so their option sets share one binary package.
         for option in _COMPONENTS:
             delattr(self.info.options, option)
         for dep in ("xtensor", "openmpi"):
@@ -164,31 +174,40 @@ class HoneConan(ConanFile):
                 self.info.requires.remove(dep)
 
     def generate(self):
-        if not self.options.tools:
+        if not self._builds():
             return
         tc = CMakeToolchain(self)
-        # Only the tools: no component, test, example or benchmark (hone's option() defaults).
+        # Only the tools and hone::compiled, as asked: no other component, test, example or
+        # benchmark (hone's option() defaults).
         for variable in ("HONE_ENABLE_XTENSOR", "HONE_ENABLE_CUDA", "HONE_ENABLE_MPI",
                          "HONE_ENABLE_NCCL", "HONE_BUILD_TESTS", "HONE_BUILD_EXAMPLES",
                          "HONE_BUILD_BENCH", "HONE_BUILD_FUZZERS"):
             tc.cache_variables[variable] = False
-        tc.cache_variables["HONE_BUILD_TOOLS"] = True
+        tc.cache_variables["HONE_BUILD_TOOLS"] = bool(self.options.tools)
+        tc.cache_variables["HONE_ENABLE_COMPILED"] = bool(self.options.compiled)
         tc.cache_variables["HONE_INSTALL"] = True
         tc.generate()
         CMakeDeps(self).generate()
 
     def build(self):
-        if not self.options.tools:
+        if not self._builds():
             return
         cmake = CMake(self)
         cmake.configure()
-        cmake.build()
+        if self.options.tools:
+            cmake.build()
+        else:
+            cmake.build(target="hone_compiled")
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
         if self.options.tools:
             # bin/hone-ckpt, bin/hone-info: hone's install component "tools".
             CMake(self).install(component="tools")
+        if self.options.compiled:
+            # The static library only: Conan's CMakeDeps writes the CMake files (package_info()).
+            copy(self, "libhone_compiled.a", self.build_folder,
+                 os.path.join(self.package_folder, "lib"), keep_path=False)
         for pattern in ("*.hpp", "*.cuh", "*.h"):
             copy(self, pattern, os.path.join(self.source_folder, "include"),
                  os.path.join(self.package_folder, "include"))
@@ -234,6 +253,16 @@ class HoneConan(ConanFile):
                 modules.append(dep)
             else:
                 core.requires.append(f"{dep}::{component}")
+
+        if self.options.compiled:
+            compiled = self.cpp_info.components["compiled"]
+            compiled.set_property("cmake_target_name", "hone::compiled")
+            compiled.bindirs = []
+            compiled.libdirs = ["lib"]
+            compiled.libs = ["hone_compiled"]
+            # As hone's own CMake package: every file of a program agrees on the macro.
+            compiled.defines = ["HONE_SEPARATE_COMPILATION=1"]
+            compiled.requires = ["hone"]
 
         if self.options.xtensor:
             xtensor = self.cpp_info.components["xtensor"]

@@ -9,7 +9,7 @@ from conan.tools.build import can_run
 from conan.tools.cmake import CMake, cmake_layout
 from conan.errors import ConanException
 
-_COMPONENTS = ("xtensor", "cuda", "mpi", "nccl")
+_COMPONENTS = ("xtensor", "cuda", "mpi", "nccl", "compiled")
 
 
 class HoneTestPackageConan(ConanFile):

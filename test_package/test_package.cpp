@@ -1,10 +1,12 @@
 // Conan test_package: compiles against the packaged headers, links the dependencies hone's
-// targets carry (oneTBB, zstd; xtensor, CUDA runtime, MPI, NCCL for the components) and runs.
+// targets carry (oneTBB, zstd; xtensor, CUDA runtime, MPI, NCCL for the components; the static
+// library for hone::compiled) and runs.
 #include <hone/hone.hpp>
 
 #include <oneapi/tbb/version.h>
 #include <zstd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -47,6 +49,20 @@ int main() {
   hone::xtensor::adapt(arena, "w", {2, 2})(1, 0) = 3.0f;
   if (arena.view("w")[2] != 3.0f) return 1;
   components += " xtensor";
+#endif
+#if defined(HONE_SEPARATE_COMPILATION)
+  // hone::compiled: the AdamW host step over float gradients is the library's (declared extern
+  // template in the headers), so this links only against the packaged libhone_compiled.a. One
+  // step from p = 1 with g = 0.5 and fresh moments moves p by lr * g / (|g| + eps) (the
+  // bias-corrected moments are g and g * g), i.e. to 0.9 for lr = 0.1.
+  hone::arena_layout adam_layout(sizeof(float));
+  adam_layout.add("p", 3);
+  hone::adamw_state<> adam(hone::adamw{.weight_decay = 0.0f}, adam_layout);
+  float p[3] = {1.0f, 1.0f, 1.0f};
+  const float g[3] = {0.5f, 0.5f, 0.5f};
+  adam.step(hone::adamw{.weight_decay = 0.0f}, {.step = 1, .lr = 0.1f}, p, g);
+  if (std::fabs(p[2] - 0.9f) > 1e-6f) return 1;
+  components += " compiled";
 #endif
   try {
     throw hone::config_error("test_package");

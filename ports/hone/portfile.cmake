@@ -5,7 +5,8 @@
 # REF "v${VERSION}" SHA512 <...> HEAD_REF main) instead of the line below.
 set(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../..")
 
-# The library is header-only; the tools (hone-ckpt, hone-info) are built once, in release.
+# The library is header-only; the tools (hone-ckpt, hone-info) and, with the feature "compiled",
+# the static library hone::compiled are built once, in release.
 set(VCPKG_BUILD_TYPE release)
 
 vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
@@ -14,6 +15,7 @@ vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
         cuda    HONE_ENABLE_CUDA
         mpi     HONE_ENABLE_MPI
         nccl    HONE_ENABLE_NCCL
+        compiled HONE_ENABLE_COMPILED
 )
 
 vcpkg_cmake_configure(
@@ -34,8 +36,11 @@ vcpkg_cmake_config_fixup(PACKAGE_NAME hone CONFIG_PATH share/cmake/hone)
 # bin/hone-ckpt, bin/hone-info -> tools/hone/
 vcpkg_copy_tools(TOOL_NAMES hone-ckpt hone-info AUTO_CLEAN)
 
-# Header-only library: no libraries, no debug tree.
-file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug" "${CURRENT_PACKAGES_DIR}/lib")
+# No debug tree; lib/ holds libhone_compiled.a with the feature "compiled", nothing otherwise.
+file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug")
+if(NOT "compiled" IN_LIST FEATURES)
+  file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/lib")
+endif()
 
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
 vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")

@@ -1,7 +1,8 @@
 # Package test driver: `conan create` of hone's recipe (headers and tools), offline, with the
 # dependencies this machine provides declared as [platform_requires]; then `conan test` of
 # test_package/ for the other option sets, which reuse the created package (the components do not
-# change its package id). test_package runs the packaged hone-info and hone-ckpt too.
+# change its package id; compiled=True does, and that set builds its package from the exported
+# recipe). test_package runs the packaged hone-info and hone-ckpt too.
 #   cmake -DCONAN=<conan> -DHONE_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX_COMPILER=...
 #         -DHONE_VERSION=x.y.z -DPLATFORM_REQUIRES=onetbb/2021.8.0|... -DOPTION_SETS=...
 #         -P run_conan.cmake
@@ -84,13 +85,18 @@ function(hone_pkg_conan_options set args_var regex_var)
       list(APPEND _args -o "hone/*:${_option}")
     endforeach()
   endif()
-  foreach(_comp IN ITEMS cuda mpi nccl xtensor)
+  foreach(_comp IN ITEMS cuda mpi nccl xtensor compiled)
     if("${_comp}=True" IN_LIST _options)
       string(APPEND _enabled " ${_comp}")
     endif()
   endforeach()
   if(NOT _enabled)
     set(_enabled " none")
+  endif()
+  if("compiled=True" IN_LIST _options)
+    # hone::compiled is a binary of its own (compiled=True changes the package id): built here
+    # from the recipe `conan create` exported.
+    list(APPEND _args --build "missing:hone/*")
   endif()
   set(${args_var} ${_args} PARENT_SCOPE)
   set(${regex_var} "hone ${HONE_VERSION} .*components:${_enabled}" PARENT_SCOPE)

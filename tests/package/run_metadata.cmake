@@ -1,16 +1,19 @@
 # Package test driver: the packaging files agree with the build. Versions in the vcpkg manifests
-# match project(hone VERSION ...), their homepage and the Conan recipe's match its HOMEPAGE_URL;
-# both say the platform (vcpkg "supports": "linux", Conan's validate()); every HONE_* option the
-# vcpkg port sets exists in CMakeLists.txt; the files the recipes ship exist.
+# match project(hone VERSION ...); the vcpkg manifests' homepage and the Conan recipe's
+# homepage/url are CMakeLists.txt's HOMEPAGE_URL, or absent when project() has none (no packaging
+# file may name an address of its own); both say the platform (vcpkg "supports": "linux", Conan's
+# validate()); every component hone's CMake package knows is a vcpkg feature and a Conan option;
+# every HONE_* option the vcpkg port sets exists in CMakeLists.txt; the files the recipes ship
+# exist.
 #   cmake -DHONE_SOURCE_DIR=... -DHONE_VERSION=x.y.z -P run_metadata.cmake
 cmake_minimum_required(VERSION 3.25)
 
 set(_errors "")
 file(READ "${HONE_SOURCE_DIR}/CMakeLists.txt" _cmakelists)
-if(NOT _cmakelists MATCHES "project\\(hone[^)]*HOMEPAGE_URL \"([^\"]+)\"")
-  list(APPEND _errors "CMakeLists.txt: project(hone ...) has no HOMEPAGE_URL")
+set(_homepage "")
+if(_cmakelists MATCHES "project\\(hone[^)]*HOMEPAGE_URL \"([^\"]+)\"")
+  set(_homepage "${CMAKE_MATCH_1}")
 endif()
-set(_homepage "${CMAKE_MATCH_1}")
 
 foreach(_manifest IN ITEMS ports/hone/vcpkg.json vcpkg.json)
   file(READ "${HONE_SOURCE_DIR}/${_manifest}" _json)
@@ -22,8 +25,12 @@ foreach(_manifest IN ITEMS ports/hone/vcpkg.json vcpkg.json)
          "${_manifest}: version-semver ${_version}, CMakeLists.txt says ${HONE_VERSION}")
   endif()
   string(JSON _value ERROR_VARIABLE _err GET "${_json}" homepage)
+  if(_err)
+    set(_value "")
+  endif()
   if(NOT _value STREQUAL _homepage)
-    list(APPEND _errors "${_manifest}: homepage '${_value}', CMakeLists.txt says '${_homepage}'")
+    list(APPEND _errors "${_manifest}: homepage '${_value}', CMakeLists.txt's HOMEPAGE_URL is "
+                        "'${_homepage}' (give both the same address, or neither)")
   endif()
   string(JSON _value ERROR_VARIABLE _err GET "${_json}" supports)
   if(NOT _value STREQUAL "linux")
@@ -32,10 +39,49 @@ foreach(_manifest IN ITEMS ports/hone/vcpkg.json vcpkg.json)
 endforeach()
 
 file(READ "${HONE_SOURCE_DIR}/conanfile.py" _recipe)
-if(NOT _recipe MATCHES "homepage = \"${_homepage}\"")
-  list(APPEND _errors "conanfile.py: its homepage is not '${_homepage}' (CMakeLists.txt)")
+foreach(_attribute IN ITEMS homepage url)
+  if(_recipe MATCHES "\n    ${_attribute} = \"([^\"]*)\"")
+    set(_value "${CMAKE_MATCH_1}")
+  elseif(_recipe MATCHES "\n    ${_attribute} = homepage")
+    set(_value "${_homepage}")
+  elseif(_recipe MATCHES "\n    ${_attribute} = ")
+    set(_value "<not a plain string>")
+  else()
+    set(_value "")
+  endif()
+  if(NOT _value STREQUAL _homepage)
+    list(APPEND _errors "conanfile.py: ${_attribute} '${_value}', CMakeLists.txt's HOMEPAGE_URL "
+                        "is '${_homepage}' (give both the same address, or neither)")
+  endif()
+endforeach()
+# Every component of hone's CMake package is offered by both package managers.
+file(READ "${HONE_SOURCE_DIR}/cmake/honeConfig.cmake.in" _config)
+if(NOT _config MATCHES "set\\(_hone_known_components ([^)]+)\\)")
+  list(APPEND _errors "cmake/honeConfig.cmake.in: no set(_hone_known_components ...)")
 endif()
-foreach(_needed IN ITEMS "def layout(self)" "url = " "self.settings.os != \"Linux\""
+string(REPLACE " " ";" _components "${CMAKE_MATCH_1}")
+file(READ "${HONE_SOURCE_DIR}/ports/hone/vcpkg.json" _port_json)
+file(READ "${HONE_SOURCE_DIR}/ports/hone/portfile.cmake" _portfile)
+foreach(_component IN LISTS _components)
+  string(TOUPPER "${_component}" _upper)
+  if(NOT _portfile MATCHES "\n +${_component} +HONE_ENABLE_${_upper}\n")
+    list(APPEND _errors "ports/hone/portfile.cmake: vcpkg_check_features does not map the feature "
+                        "'${_component}' to HONE_ENABLE_${_upper}")
+  endif()
+  string(JSON _value ERROR_VARIABLE _err GET "${_port_json}" features ${_component})
+  if(_err)
+    list(APPEND _errors "ports/hone/vcpkg.json: no feature '${_component}' (a component of hone's "
+                        "CMake package)")
+  endif()
+  if(NOT _recipe MATCHES "\"${_component}\": \\[True, False\\]")
+    list(APPEND _errors "conanfile.py: no option ${_component}=[True, False] (a component of "
+                        "hone's CMake package)")
+  endif()
+  if(NOT _recipe MATCHES "cmake_target_name\", \"hone::${_component}\"")
+    list(APPEND _errors "conanfile.py: declares no hone::${_component} target")
+  endif()
+endforeach()
+foreach(_needed IN ITEMS "def layout(self)" "self.settings.os != \"Linux\""
                          "set_property(\"cmake_file_name\", \"hone\")"
                          "set_property(\"cmake_target_name\", \"hone::all\")")
   string(FIND "${_recipe}" "${_needed}" _at)
@@ -44,13 +90,11 @@ foreach(_needed IN ITEMS "def layout(self)" "url = " "self.settings.os != \"Linu
   endif()
 endforeach()
 # The Conan package's root target must be one hone's own CMake package defines too.
-file(READ "${HONE_SOURCE_DIR}/cmake/honeConfig.cmake.in" _config)
 string(FIND "${_config}" "add_library(hone::all INTERFACE IMPORTED)" _at)
 if(_at EQUAL -1)
   list(APPEND _errors "cmake/honeConfig.cmake.in does not define hone::all (Conan's root target)")
 endif()
 
-file(READ "${HONE_SOURCE_DIR}/ports/hone/portfile.cmake" _portfile)
 string(REGEX MATCHALL "HONE_[A-Z_]+" _port_vars "${_portfile}")
 list(REMOVE_DUPLICATES _port_vars)
 foreach(_var IN LISTS _port_vars)
