@@ -127,11 +127,49 @@ BOOST_AUTO_TEST_CASE(threads_share_a_cache_with_a_disk_tier) {
   const auto s = c.stats();
   BOOST_TEST(s.disk_writes > 0u);
   BOOST_TEST(s.disk_hits > 0u);
-  // No wrong answer is the guarantee (hammer() checks every one). A damaged file is a lost entry,
-  // not a wrong one: about 1 run in 8 under ThreadSanitizer counted one damaged file with
-  // concurrent spills and loads, cause not found yet (docs/serve.md, "Not done"); reported here,
-  // not asserted, until it is.
-  BOOST_TEST_MESSAGE("damaged disk files seen: " << s.damaged);
-  BOOST_TEST(s.damaged <= 2u);
+  // Nothing damages files here: a damaged count would be a race in the tier (it was one: a load
+  // whose open found no file, because another thread's load or eviction had just removed it, asked
+  // afterwards whether the name existed while a store was renaming a new file into place, and
+  // counted the vanished file as damage).
+  BOOST_TEST(s.damaged == 0u);
   BOOST_TEST(s.disk_bytes <= o.disk_budget_bytes);
+}
+
+// The race above made as likely as possible: one shard whose budget holds one entry, so every put
+// spills the entry before it and every disk hit removes its file and spills another; four threads
+// on four inputs remove and write the same few names all the time. Before the fix about one load
+// in two thousand found its file gone and counted it as damage (15-20 per run in Release).
+BOOST_AUTO_TEST_CASE(files_replaced_while_read_are_misses_not_damage) {
+  hone_test::temp_dir dir("pc-replace");
+  hs::prediction_cache_options o;
+  o.shards = 1;
+  o.ram_budget_bytes = 64 + 8 + hs::prediction_entry_overhead;  // one entry
+  o.disk_directory = dir.path;
+  o.disk_budget_bytes = std::uint64_t{1} << 20;
+  hs::prediction_cache<std::uint64_t> c(o);
+  std::atomic<std::uint64_t> wrong{0}, hits{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 101);
+      for (int i = 0; i < 6000; ++i) {
+        const std::uint64_t id = rng() % 4;
+        const std::string in = input_of(id);
+        const auto b = std::as_bytes(std::span(in.data(), in.size()));
+        if (rng() % 2 == 0) {
+          c.put(0, b, model(0, id));
+        } else if (auto r = c.get(0, b)) {
+          ++hits;
+          if (*r != model(0, id)) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : ts) th.join();
+  const auto s = c.stats();
+  BOOST_TEST(wrong.load() == 0u);
+  BOOST_TEST(hits.load() > 0u);
+  BOOST_TEST(s.disk_hits > 1000u);
+  BOOST_TEST(s.disk_write_errors == 0u);
+  BOOST_TEST(s.damaged == 0u);
 }

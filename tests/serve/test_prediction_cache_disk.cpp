@@ -296,3 +296,29 @@ BOOST_AUTO_TEST_CASE(a_file_of_another_output_type_is_damaged_not_a_hit) {
   BOOST_TEST(s.misses == 1u);
   BOOST_TEST(s.disk_files == 0u);
 }
+
+// What a lookup's open(2) finds decides the outcome, not a later look at the name: a file removed
+// behind the cache's back is a plain miss (not damage), a directory in the entry's place is a
+// damaged entry (removed), and in both cases the lookup answers nothing.
+BOOST_AUTO_TEST_CASE(a_vanished_file_is_a_miss_and_a_directory_in_its_place_is_damage) {
+  hone_test::temp_dir dir("pc-open");
+  cache_t c(one_in_ram(dir.path, 300));
+  const fs::path p = spill_one(c);
+  fs::remove(p);
+  BOOST_TEST(!c.get(bytes(input_of(0))).has_value());
+  auto s = c.stats();
+  BOOST_TEST(s.damaged == 0u);
+  BOOST_TEST(s.misses == 1u);
+  BOOST_TEST(s.disk_hits == 0u);
+
+  BOOST_REQUIRE(c.put(c.model_version(), bytes(input_of(0)), 1000));  // spills 1
+  const fs::path q = c.disk_path(c.model_version(), bytes(input_of(1)));
+  BOOST_REQUIRE(fs::exists(q));
+  fs::remove(q);
+  fs::create_directory(q);
+  BOOST_TEST(!c.get(bytes(input_of(1))).has_value());
+  s = c.stats();
+  BOOST_TEST(s.damaged == 1u);
+  BOOST_TEST(!fs::exists(q));  // an empty directory is removed like the file it replaced
+  BOOST_TEST(c.get(bytes(input_of(0))).value() == 1000u);  // RAM, untouched
+}

@@ -7,6 +7,9 @@
 // cache", gives the file format.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -29,7 +32,6 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/io/directory.hpp"
-#include "hone/io/error.hpp"
 #include "hone/io/file_io.hpp"
 #include "hone/io/hash.hpp"
 
@@ -285,24 +287,45 @@ class prediction_disk_tier {
     return disk_outcome::hit;
   }
 
-  /// The whole file, or false when it does not exist (any other failure reads as damage: an
-  /// empty vector, which decode rejects).
+  /// The whole file in `out`, or false when there is no file to read (`out` empty). The answer
+  /// comes from the open(2) call itself, never from a second look at the name: a lookup runs
+  /// outside the lock, so between a failed open and a later check another thread's load or
+  /// eviction may have removed the file and a store renamed a new one into place; asking "does it
+  /// exist?" then said yes and a vanished file was counted as damage. ENOENT is a file removed
+  /// meanwhile (or never there); EMFILE, ENFILE and ENOMEM are this process's limits, not the
+  /// file's: a miss that keeps the file. Any other failure (a name that is no regular file, a
+  /// permission, a read error, a file that ends early) reads as damage: `out` empty, which
+  /// decode() rejects. An open file is read through its descriptor, so a rename or removal of the
+  /// name meanwhile cannot mix two files.
   static bool read_whole(const std::filesystem::path& p, std::vector<std::byte>& out) {
-    try {
-      const io::input_file in(p);
-      if (in.size() > 2 * pc_max_part_bytes) return true;  // out stays empty: damaged
-      out.resize(static_cast<std::size_t>(in.size()));
-      in.read_at(0, out);
-      return true;
-    } catch (const io_error&) {
-      std::error_code ec;
-      if (!std::filesystem::exists(p, ec)) return false;
-      out.clear();
-      return true;
-    } catch (const std::exception&) {  // format_error: shrank while read
-      out.clear();
-      return true;
+    out.clear();
+    int raw;
+    do {
+      raw = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (raw < 0 && errno == EINTR);
+    if (raw < 0) {
+      const int err = errno;
+      return !(err == ENOENT || err == EMFILE || err == ENFILE || err == ENOMEM);
     }
+    const io::unique_fd fd(raw);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        static_cast<std::uint64_t>(st.st_size) > 2 * pc_max_part_bytes) {
+      return true;  // out stays empty: damaged
+    }
+    out.resize(static_cast<std::size_t>(st.st_size));
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const std::size_t n = std::min(out.size() - done, io::max_io_bytes);
+      const ::ssize_t r = ::pread(fd.get(), out.data() + done, n, static_cast<::off_t>(done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {  // a read error, or the file ends before its size
+        out.clear();
+        return true;
+      }
+      done += static_cast<std::size_t>(r);
+    }
+    return true;
   }
 
   void forget_locked(const prediction_key& key) {
