@@ -251,6 +251,14 @@ class variants {
     nets_.push_back(std::make_unique<engine_net>(std::move(net)));
     return *nets_.back();
   }
+  /// Builds a T that lives as long as the table (what a timed variant refers to).
+  template <class T, class... Args>
+  T& own(Args&&... args) {
+    auto p = std::make_shared<T>(std::forward<Args>(args)...);
+    T& ref = *p;
+    owned_.push_back(std::move(p));
+    return ref;
+  }
   /// Adds a variant (net must live until time_all); returns its row.
   template <class Net>
   row& add(const context& c, Net& net, const split& s, row r) {
@@ -296,6 +304,7 @@ class variants {
     const split* data;
   };
   std::vector<std::unique_ptr<engine_net>> nets_;
+  std::vector<std::shared_ptr<void>> owned_;
   std::deque<row> rows_;  // a deque: the references add() returns stay valid
   std::vector<run> runs_;
 };
@@ -306,17 +315,25 @@ std::string format(const char* fmt, auto... args) {
   return buf;
 }
 
+/// The table; speeds against the fp32 row (the first) and, when the build has OpenBLAS, against
+/// the fp32 weights through cblas_sgemm too.
 void print_table(const std::deque<row>& rows) {
   const row& fp32 = rows.front();
+  const auto blas = std::find_if(rows.begin(), rows.end(),
+                                 [](const row& r) { return r.variant == "fp32, OpenBLAS"; });
+  const bool with_blas = blas != rows.end();
   std::printf(
-      "\n| variant | test set | accuracy | vs fp32 | size | vs fp32 | samples/s | vs fp32 | "
-      "notes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+      "\n| variant | test set | accuracy | vs fp32 | size | vs fp32 | samples/s | vs fp32 |%s "
+      "notes |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |%s --- |\n",
+      with_blas ? " vs OpenBLAS |" : "", with_blas ? " ---: |" : "");
   for (const row& r : rows) {
-    std::printf("| %s | %s | %.1f%% | %+.1f | %.1f KiB | %.2fx | %.0f | %.2fx | %s |\n",
+    const std::string vs_blas =
+        with_blas ? format(" %.2fx |", r.samples_per_s / blas->samples_per_s) : std::string();
+    std::printf("| %s | %s | %.1f%% | %+.1f | %.1f KiB | %.2fx | %.0f | %.2fx |%s %s |\n",
                 r.variant.c_str(), r.task.c_str(), r.accuracy, r.accuracy - r.reference,
                 static_cast<double>(r.bytes) / 1024.0,
                 static_cast<double>(r.bytes) / static_cast<double>(fp32.bytes), r.samples_per_s,
-                r.samples_per_s / fp32.samples_per_s, r.notes.c_str());
+                r.samples_per_s / fp32.samples_per_s, vs_blas.c_str(), r.notes.c_str());
   }
   std::printf("\n");
 }
@@ -411,222 +428,239 @@ train_mlp::dataset rotated_spiral(double degrees) {
 
 auto no_setup = [](auto&) {};
 
-int run(const options& o) {
-  const train_mlp::dataset data = train_mlp::make_spiral({});
-  const train_mlp::dataset shifted = rotated_spiral(o.shift_degrees);
-  const context c{o, data.features, data.classes};
-  const std::size_t classes = data.classes, features = data.features;
-  std::printf(
-      "compress_mlp: spiral of %zu arms (train %zu, test %zu); %zu oneTBB thread(s); "
-      "inference in calls of %zu rows, median of %zu interleaved passes; int8 kernel %s\n",
-      classes, data.train.size(), data.test.size(), o.threads, o.infer_batch, o.repeats,
-      hc::int8_kernel_name(hc::best_int8_kernel()));
-  variants table;
-  checks check;
-  const auto t_start = std::chrono::steady_clock::now();
+/// What every variant starts from.
+struct stage {
+  const context& c;
+  const train_mlp::dataset& data;
+  const dense_mlp& base;  // the trained fp32 model
+  engine_net& fp32;       // and its inference network
+  double fp32_acc;
+  variants& table;
+  checks& check;
+};
 
-  // ---- fp32: train_mlp's model and recipe ----
-  train_mlp::mlp<float> model(features, o.hidden, classes, o.seed);
-  {
-    shuffled_batches b(data.train, features, o.batch, o.seed);
-    train(
-        model, {o.steps, o.lr}, [&] { return b.next().plain(); }, no_setup);
-  }
-  const dense_mlp base = from_trained(model.parameters());
-  engine_net& fp32 = table.keep(fp32_net(base));
-  row& fp32_row = table.add(
-      c, fp32, data.test,
-      {.variant = "fp32",
-       .task = "spiral",
-       .bytes = fp32.bytes(),
-       .notes = format("%zu-%zu-%zu-%zu, %zu parameters, %llu steps", features, o.hidden, o.hidden,
-                       classes, base.parameter_count(), static_cast<unsigned long long>(o.steps))});
-  const double fp32_acc = fp32_row.accuracy;
-  fp32_row.reference = fp32_acc;
-  std::printf("fp32 model trained: %.1f%% test accuracy\n", fp32_acc);
+/// Structured pruning of --prune-fraction of each hidden layer, then fine-tuning on the smaller
+/// model.
+void structured_variant(const stage& s) {
+  const options& o = s.c.o;
+  const train_mlp::dataset& data = s.data;
+  const std::size_t features = s.c.features;
+  const std::size_t classes = s.c.classes;
+  const dense_mlp& base = s.base;
+  const double fp32_acc = s.fp32_acc;
+  const context& c = s.c;
+  variants& table = s.table;
+  checks& check = s.check;
+  dense_mlp pruned = base;
+  hc::prune_neurons(pruned, o.prune_fraction);
+  const auto drop =
+      static_cast<std::size_t>(std::floor(o.prune_fraction * static_cast<double>(o.hidden)));
+  const std::size_t h = std::max<std::size_t>(o.hidden - drop, 1);
+  const std::vector<std::size_t> want{features, h, h, classes};
+  const std::size_t want_params = features * h + h + h * h + h + h * classes + classes;
+  check.expect(
+      pruned.widths() == want && pruned.parameter_count() == want_params,
+      format("structured: the hidden layers shrank from %zu to %zu neurons (%zu -> %zu "
+             "parameters)",
+             o.hidden, pruned.layers[0].out, base.parameter_count(), pruned.parameter_count()));
+  engine_net before = fp32_net(pruned);
+  const double acc_before = accuracy_of(
+      logits_of(before, data.test, features, classes, o.infer_batch), data.test, classes);
+  train_mlp::mlp<float> small(features, pruned.layers[0].out, classes, o.seed);
+  to_trained(pruned, small.parameters());
+  shuffled_batches b(data.train, features, o.batch, o.seed + 1);
+  const auto next = [&] { return b.next().plain(); };
+  train(small, {o.finetune_steps, o.finetune_lr}, next, no_setup);
+  engine_net& net = table.keep(fp32_net(from_trained(small.parameters())));
+  table.add(c, net, data.test,
+            {.variant = format("structured %.0f%%", 100 * o.prune_fraction),
+             .task = "spiral",
+             .reference = fp32_acc,
+             .bytes = net.bytes(),
+             .notes = format("hidden %zu -> %zu; %.1f%% before %llu fine-tuning steps", o.hidden, h,
+                             acc_before, static_cast<unsigned long long>(o.finetune_steps))});
+}
 
-  // ---- structured pruning, then fine-tuning on the smaller model ----
-  {
-    dense_mlp pruned = base;
-    hc::prune_neurons(pruned, o.prune_fraction);
-    const auto drop =
-        static_cast<std::size_t>(std::floor(o.prune_fraction * static_cast<double>(o.hidden)));
-    const std::size_t h = std::max<std::size_t>(o.hidden - drop, 1);
-    const std::vector<std::size_t> want{features, h, h, classes};
-    const std::size_t want_params = features * h + h + h * h + h + h * classes + classes;
-    check.expect(
-        pruned.widths() == want && pruned.parameter_count() == want_params,
-        format("structured: the hidden layers shrank from %zu to %zu neurons (%zu -> %zu "
-               "parameters)",
-               o.hidden, pruned.layers[0].out, base.parameter_count(), pruned.parameter_count()));
-    engine_net before = fp32_net(pruned);
-    const double acc_before = accuracy_of(
-        logits_of(before, data.test, features, classes, o.infer_batch), data.test, classes);
-    train_mlp::mlp<float> small(features, pruned.layers[0].out, classes, o.seed);
-    to_trained(pruned, small.parameters());
-    shuffled_batches b(data.train, features, o.batch, o.seed + 1);
-    train(
-        small, {o.finetune_steps, o.finetune_lr}, [&] { return b.next().plain(); }, no_setup);
-    engine_net& net = table.keep(fp32_net(from_trained(small.parameters())));
-    table.add(c, net, data.test,
-              {.variant = format("structured %.0f%%", 100 * o.prune_fraction),
-               .task = "spiral",
-               .reference = fp32_acc,
-               .bytes = net.bytes(),
-               .notes = format("hidden %zu -> %zu; %.1f%% before %llu fine-tuning steps", o.hidden,
-                               h, acc_before, static_cast<unsigned long long>(o.finetune_steps))});
-  }
-
-  // ---- 2:4 sparsity on the layers whose inputs come in groups of 4, then fine-tuning ----
-  {
-    std::vector<bool> sparse(base.layers.size());
-    for (std::size_t l = 0; l < base.layers.size(); ++l) sparse[l] = base.layers[l].in % 4 == 0;
-    const auto prunable = [&](std::string_view name) {
-      for (std::size_t l = 0; l < base.layers.size(); ++l) {
-        if (sparse[l] && name == "fc" + std::to_string(l + 1) + ".weight") return true;
-      }
-      return false;
-    };
-    train_mlp::mlp<float> m24(features, o.hidden, classes, o.seed);
-    to_trained(base, m24.parameters());
-    // The masks: sparse24_matrix::prune's choice (2 of 4 by magnitude) on the trained weights,
-    // written into a mask_arena over the trainer's layout (W [in, out] there) and held by the
-    // magnitude_pruning policy, whose schedule never prunes more (target 0).
-    const auto hold_masks = [&](auto& t) {
-      hc::mask_arena masks(t.layout(), prunable);
-      for (std::size_t l = 0; l < base.layers.size(); ++l) {
-        if (!sparse[l]) continue;
-        const linear_layer& L = base.layers[l];
-        const auto w24 = hc::sparse24_matrix::prune(L.w, L.out, L.in);
-        const std::span<std::uint8_t> keep =
-            masks.tensor(t.layout().find("fc" + std::to_string(l + 1) + ".weight"));
-        std::fill(keep.begin(), keep.end(), std::uint8_t{0});
-        for (std::size_t r = 0; r < L.out; ++r) {
-          for (std::size_t g = 0; g < L.in / 4; ++g) {
-            const auto [i0, i1] = w24.group_positions(r, g);
-            keep[(4 * g + static_cast<std::size_t>(i0)) * L.out + r] = 1;
-            keep[(4 * g + static_cast<std::size_t>(i1)) * L.out + r] = 1;
-          }
+/// 2:4 sparsity on the layers whose inputs come in groups of 4, fine-tuned with the masks held.
+void sparse24_variant(const stage& s) {
+  const options& o = s.c.o;
+  const train_mlp::dataset& data = s.data;
+  const std::size_t features = s.c.features;
+  const std::size_t classes = s.c.classes;
+  const dense_mlp& base = s.base;
+  const double fp32_acc = s.fp32_acc;
+  const context& c = s.c;
+  variants& table = s.table;
+  checks& check = s.check;
+  std::vector<bool> sparse(base.layers.size());
+  for (std::size_t l = 0; l < base.layers.size(); ++l) sparse[l] = base.layers[l].in % 4 == 0;
+  const auto prunable = [&](std::string_view name) {
+    for (std::size_t l = 0; l < base.layers.size(); ++l) {
+      if (sparse[l] && name == "fc" + std::to_string(l + 1) + ".weight") return true;
+    }
+    return false;
+  };
+  train_mlp::mlp<float> m24(features, o.hidden, classes, o.seed);
+  to_trained(base, m24.parameters());
+  // The masks: sparse24_matrix::prune's choice (2 of 4 by magnitude) on the trained weights,
+  // written into a mask_arena over the trainer's layout (W [in, out] there) and held by the
+  // magnitude_pruning policy, whose schedule never prunes more (target 0).
+  const auto hold_masks = [&](auto& t) {
+    hc::mask_arena masks(t.layout(), prunable);
+    for (std::size_t l = 0; l < base.layers.size(); ++l) {
+      if (!sparse[l]) continue;
+      const linear_layer& L = base.layers[l];
+      const auto w24 = hc::sparse24_matrix::prune(L.w, L.out, L.in);
+      const std::span<std::uint8_t> keep =
+          masks.tensor(t.layout().find("fc" + std::to_string(l + 1) + ".weight"));
+      std::fill(keep.begin(), keep.end(), std::uint8_t{0});
+      for (std::size_t r = 0; r < L.out; ++r) {
+        for (std::size_t g = 0; g < L.in / 4; ++g) {
+          const auto [i0, i1] = w24.group_positions(r, g);
+          keep[(4 * g + static_cast<std::size_t>(i0)) * L.out + r] = 1;
+          keep[(4 * g + static_cast<std::size_t>(i1)) * L.out + r] = 1;
         }
       }
-      t.weight_constraint().restore(std::move(masks), 0.5);
-      t.weight_constraint().masks().apply(t.master_weights());  // zero before the first step
-    };
-    shuffled_batches b(data.train, features, o.batch, o.seed + 2);
-    train(
-        m24, {o.finetune_steps, o.finetune_lr}, [&] { return b.next().plain(); }, hold_masks,
+    }
+    t.weight_constraint().restore(std::move(masks), 0.5);
+    t.weight_constraint().masks().apply(t.master_weights());  // zero before the first step
+  };
+  shuffled_batches b(data.train, features, o.batch, o.seed + 2);
+  const auto next = [&] { return b.next().plain(); };
+  train(m24, {o.finetune_steps, o.finetune_lr}, next, hold_masks,
         hc::magnitude_pruning({.schedule = {.initial = 0.0, .target = 0.0},
                                .scope = hc::prune_scope::per_tensor,
                                .prunable = prunable}));
-    const dense_mlp tuned = from_trained(m24.parameters());
-    engine_net sparse_net, twin;  // twin: the same weights as dense fp32 layers
-    std::string layers;
-    bool pattern = true, lossless = true;
-    std::size_t groups = 0;
-    for (std::size_t l = 0; l < tuned.layers.size(); ++l) {
-      const linear_layer& L = tuned.layers[l];
-      twin.add(std::make_unique<fp32_linear>(L));
-      if (!sparse[l]) {
-        sparse_net.add(std::make_unique<fp32_linear>(L));
-        continue;
-      }
-      auto w24 = hc::sparse24_matrix::pack(L.w, L.out, L.in);  // refuses 3 or 4 nonzeros in a group
-      const std::vector<float> dense = w24.to_dense();
-      lossless =
-          lossless && std::memcmp(dense.data(), L.w.data(), dense.size() * sizeof(float)) == 0;
-      for (std::size_t r = 0; r < L.out; ++r) {
-        for (std::size_t g = 0; g < L.in / 4; ++g, ++groups) {
-          int zeros = 0;
-          for (std::size_t k = 0; k < 4; ++k) zeros += dense[r * L.in + 4 * g + k] == 0.0f ? 1 : 0;
-          pattern = pattern && zeros >= 2;
-        }
-      }
-      layers += (layers.empty() ? "fc" : ", fc") + std::to_string(l + 1);
-      sparse_net.add(std::make_unique<sparse24_linear>(std::move(w24), L.b));
+  const dense_mlp tuned = from_trained(m24.parameters());
+  engine_net sparse_net, twin;  // twin: the same weights as dense fp32 layers
+  std::string layers;
+  bool pattern = true, lossless = true;
+  std::size_t groups = 0;
+  for (std::size_t l = 0; l < tuned.layers.size(); ++l) {
+    const linear_layer& L = tuned.layers[l];
+    twin.add(std::make_unique<fp32_linear>(L));
+    if (!sparse[l]) {
+      sparse_net.add(std::make_unique<fp32_linear>(L));
+      continue;
     }
-    check.expect(pattern && lossless && groups > 0,
-                 format("2:4: all %zu groups of 4 weights in %s hold at least 2 zeros after "
-                        "fine-tuning, and the packed matrices unpack to the same bits",
-                        groups, layers.c_str()));
-    engine_net& net = table.keep(std::move(sparse_net));
-    const auto y = logits_of(net, data.test, features, classes, o.infer_batch);
-    const auto y_dense = logits_of(twin, data.test, features, classes, o.infer_batch);
-    const auto [d, m] = max_diff(y, y_dense);
-    check.expect(d <= 1e-5 * m,
-                 format("2:4: sparse24_matmul's logits match dense fp32 layers holding the same "
-                        "weights: max |diff| %.3g <= 1e-5 * max |logit| (%.3g)",
-                        d, m));
-    table.add(c, net, data.test,
-              {.variant = "2:4 sparse",
-               .task = "spiral",
-               .reference = fp32_acc,
-               .bytes = net.bytes(),
-               .notes = format("%s 2:4, fc1 fp32 (2 inputs); %llu fine-tuning steps with the "
-                               "masks held",
-                               layers.c_str(), static_cast<unsigned long long>(o.finetune_steps))});
+    auto w24 = hc::sparse24_matrix::pack(L.w, L.out, L.in);  // refuses 3 or 4 nonzeros in a group
+    const std::vector<float> dense = w24.to_dense();
+    lossless = lossless && std::memcmp(dense.data(), L.w.data(), dense.size() * sizeof(float)) == 0;
+    for (std::size_t r = 0; r < L.out; ++r) {
+      for (std::size_t g = 0; g < L.in / 4; ++g, ++groups) {
+        int zeros = 0;
+        for (std::size_t k = 0; k < 4; ++k) zeros += dense[r * L.in + 4 * g + k] == 0.0f ? 1 : 0;
+        pattern = pattern && zeros >= 2;
+      }
+    }
+    layers += (layers.empty() ? "fc" : ", fc") + std::to_string(l + 1);
+    sparse_net.add(std::make_unique<sparse24_linear>(std::move(w24), L.b));
   }
-
-  // ---- int8: post-training static quantization, and dynamic ----
-  {
-    const std::vector<hc::quant_range> ranges = calibrate_layers(c, fp32, data.train);
-    engine_net st, dyn;
-    for (std::size_t l = 0; l < base.layers.size(); ++l) {
-      st.add(std::make_unique<static_int8>(base.layers[l], hc::affine_uint8(ranges[l])));
-      dyn.add(std::make_unique<dynamic_int8>(base.layers[l]));
-    }
-    engine_net& st_net = table.keep(std::move(st));
-    engine_net& dyn_net = table.keep(std::move(dyn));
-    const row* int8_rows[] = {
-        &table.add(c, st_net, data.test,
-                   {.variant = "int8 static (PTQ)",
-                    .task = "spiral",
-                    .reference = fp32_acc,
-                    .bytes = st_net.bytes(),
-                    .notes = format("int8 weights per row; uint8 activations, %s calibration on "
-                                    "the %zu training samples",
-                                    observer_name(o.observer), data.train.size())}),
-        &table.add(
-            c, dyn_net, data.test,
-            {.variant = "int8 dynamic",
+  check.expect(pattern && lossless && groups > 0,
+               format("2:4: all %zu groups of 4 weights in %s hold at least 2 zeros after "
+                      "fine-tuning, and the packed matrices unpack to the same bits",
+                      groups, layers.c_str()));
+  engine_net& net = table.keep(std::move(sparse_net));
+  const auto y = logits_of(net, data.test, features, classes, o.infer_batch);
+  const auto y_dense = logits_of(twin, data.test, features, classes, o.infer_batch);
+  const auto [d, m] = max_diff(y, y_dense);
+  check.expect(d <= 1e-5 * m,
+               format("2:4: sparse24_matmul's logits match dense fp32 layers holding the same "
+                      "weights: max |diff| %.3g <= 1e-5 * max |logit| (%.3g)",
+                      d, m));
+  table.add(c, net, data.test,
+            {.variant = "2:4 sparse",
              .task = "spiral",
              .reference = fp32_acc,
-             .bytes = dyn_net.bytes(),
-             .notes = "int8 weights per row; uint8 activations, range per row at run time"})};
-    for (const row* r : int8_rows) {
-      check.expect(r->accuracy >= fp32_acc - o.max_int8_drop,
-                   format("%s: accuracy %.1f%% is within %.2f points of fp32 (%.1f%%)",
-                          r->variant.c_str(), r->accuracy, o.max_int8_drop, fp32_acc));
-    }
-  }
+             .bytes = net.bytes(),
+             .notes = format("%s 2:4, fc1 fp32 (2 inputs); %llu fine-tuning steps with the "
+                             "masks held",
+                             layers.c_str(), static_cast<unsigned long long>(o.finetune_steps))});
+}
 
-  // ---- distillation into a narrower student, and the same student without a teacher ----
-  {
-    const std::vector<float> teacher =
-        logits_of(fp32, data.train, features, classes, o.infer_batch);
-    for (const float alpha : {o.alpha, 0.0f}) {
-      student_mlp s(features, o.student_hidden, classes, o.seed,
-                    {.temperature = o.temperature, .alpha = alpha});
-      shuffled_batches b(data.train, features, o.batch, o.seed + 3, teacher, classes);
-      train(
-          s, {o.student_steps, o.lr}, [&] { return b.next(); }, no_setup);
-      engine_net& net = table.keep(fp32_net(from_trained(s.parameters())));
-      const bool distilled = alpha > 0.0f;
-      table.add(
-          c, net, data.test,
-          {.variant = distilled ? "student, distilled" : "student, labels only",
-           .task = "spiral",
-           .reference = fp32_acc,
-           .bytes = net.bytes(),
-           .notes = distilled
-                        ? format("hidden %zu; T = %g, alpha = %g, %llu steps", o.student_hidden,
-                                 static_cast<double>(o.temperature), static_cast<double>(alpha),
-                                 static_cast<unsigned long long>(o.student_steps))
-                        : format("hidden %zu; cross-entropy only, same steps, no teacher",
-                                 o.student_hidden)});
-    }
+/// int8: post-training static quantization, and dynamic.
+void int8_variants(const stage& s) {
+  const options& o = s.c.o;
+  const train_mlp::dataset& data = s.data;
+  const dense_mlp& base = s.base;
+  engine_net& fp32 = s.fp32;
+  const double fp32_acc = s.fp32_acc;
+  const context& c = s.c;
+  variants& table = s.table;
+  checks& check = s.check;
+  const std::vector<hc::quant_range> ranges = calibrate_layers(c, fp32, data.train);
+  engine_net st, dyn;
+  for (std::size_t l = 0; l < base.layers.size(); ++l) {
+    st.add(std::make_unique<static_int8>(base.layers[l], hc::affine_uint8(ranges[l])));
+    dyn.add(std::make_unique<dynamic_int8>(base.layers[l]));
   }
+  engine_net& st_net = table.keep(std::move(st));
+  engine_net& dyn_net = table.keep(std::move(dyn));
+  const row* int8_rows[] = {
+      &table.add(c, st_net, data.test,
+                 {.variant = "int8 static (PTQ)",
+                  .task = "spiral",
+                  .reference = fp32_acc,
+                  .bytes = st_net.bytes(),
+                  .notes = format("int8 weights per row; uint8 activations, %s calibration on "
+                                  "the %zu training samples",
+                                  observer_name(o.observer), data.train.size())}),
+      &table.add(c, dyn_net, data.test,
+                 {.variant = "int8 dynamic",
+                  .task = "spiral",
+                  .reference = fp32_acc,
+                  .bytes = dyn_net.bytes(),
+                  .notes = "int8 weights per row; uint8 activations, range per row at run time"})};
+  for (const row* r : int8_rows) {
+    check.expect(r->accuracy >= fp32_acc - o.max_int8_drop,
+                 format("%s: accuracy %.1f%% is within %.2f points of fp32 (%.1f%%)",
+                        r->variant.c_str(), r->accuracy, o.max_int8_drop, fp32_acc));
+  }
+}
 
-  // ---- LoRA on the shifted task ----
+/// Distillation into a narrower student, and the same student without a teacher.
+void student_variants(const stage& s) {
+  const options& o = s.c.o;
+  const train_mlp::dataset& data = s.data;
+  const std::size_t features = s.c.features;
+  const std::size_t classes = s.c.classes;
+  engine_net& fp32 = s.fp32;
+  const double fp32_acc = s.fp32_acc;
+  const context& c = s.c;
+  variants& table = s.table;
+  const std::vector<float> teacher = logits_of(fp32, data.train, features, classes, o.infer_batch);
+  for (const float alpha : {o.alpha, 0.0f}) {
+    student_mlp student(features, o.student_hidden, classes, o.seed,
+                        {.temperature = o.temperature, .alpha = alpha});
+    shuffled_batches b(data.train, features, o.batch, o.seed + 3, teacher, classes);
+    const auto next = [&] { return b.next(); };
+    train(student, {o.student_steps, o.lr}, next, no_setup);
+    engine_net& net = table.keep(fp32_net(from_trained(student.parameters())));
+    const bool distilled = alpha > 0.0f;
+    table.add(
+        c, net, data.test,
+        {.variant = distilled ? "student, distilled" : "student, labels only",
+         .task = "spiral",
+         .reference = fp32_acc,
+         .bytes = net.bytes(),
+         .notes = distilled ? format("hidden %zu; T = %g, alpha = %g, %llu steps", o.student_hidden,
+                                     static_cast<double>(o.temperature), static_cast<double>(alpha),
+                                     static_cast<unsigned long long>(o.student_steps))
+                            : format("hidden %zu; cross-entropy only, same steps, no teacher",
+                                     o.student_hidden)});
+  }
+}
+
+/// LoRA adapters trained on the shifted task: base, unmerged and merged rows.
+void lora_variants(const stage& s, const train_mlp::dataset& shifted) {
+  const options& o = s.c.o;
+  const std::size_t features = s.c.features;
+  const std::size_t classes = s.c.classes;
+  const dense_mlp& base = s.base;
+  engine_net& fp32 = s.fp32;
+  const context& c = s.c;
+  variants& table = s.table;
+  checks& check = s.check;
   const std::string task = format("rotated %g deg", o.shift_degrees);
   row& base_row = table.add(c, fp32, shifted.test,
                             {.variant = "fp32, no adapter",
@@ -635,16 +669,18 @@ int run(const options& o) {
                              .notes = "the fp32 model as trained on the spiral"});
   const double base_acc = base_row.accuracy;
   base_row.reference = base_acc;
-  dense_mlp adapted = base;  // the adapters' base weights; merge() writes into them
-  lora_mlp lora_net(adapted, {.r = o.lora_rank,
-                              .alpha = o.lora_alpha,
-                              .dropout = 0.0f,
-                              .use_rslora = false,
-                              .seed = o.seed});
+  // The adapters' base weights (merge() writes into them) and the adapted network, owned by the
+  // table: the unmerged row is timed at the end.
+  dense_mlp& adapted = table.own<dense_mlp>(base);
+  lora_mlp& lora_net = table.own<lora_mlp>(adapted, hc::lora_options{.r = o.lora_rank,
+                                                                     .alpha = o.lora_alpha,
+                                                                     .dropout = 0.0f,
+                                                                     .use_rslora = false,
+                                                                     .seed = o.seed});
   {
     shuffled_batches b(shifted.train, features, o.batch, o.seed + 4);
-    train(
-        lora_net, {o.lora_steps, o.lora_lr}, [&] { return b.next().plain(); }, no_setup);
+    const auto next = [&] { return b.next().plain(); };
+    train(lora_net, {o.lora_steps, o.lora_lr}, next, no_setup);
     lora_net.lora().eval();
     std::size_t adapter_bytes = 0;
     for (const auto& p : lora_net.parameters()) adapter_bytes += p.value.size() * sizeof(float);
@@ -693,6 +729,61 @@ int run(const options& o) {
                  format("LoRA: the shifted task's accuracy rose from %.1f%% to %.1f%%", base_acc,
                         merged_row.accuracy));
   }
+}
+
+int run(const options& o) {
+  const train_mlp::dataset data = train_mlp::make_spiral({});
+  const train_mlp::dataset shifted = rotated_spiral(o.shift_degrees);
+  const context c{o, data.features, data.classes};
+  const std::size_t classes = data.classes, features = data.features;
+  std::printf(
+      "compress_mlp: spiral of %zu arms (train %zu, test %zu); %zu oneTBB thread(s); "
+      "inference in calls of %zu rows, median of %zu interleaved passes; int8 kernel %s\n",
+      classes, data.train.size(), data.test.size(), o.threads, o.infer_batch, o.repeats,
+      hc::int8_kernel_name(hc::best_int8_kernel()));
+  variants table;
+  checks check;
+  const auto t_start = std::chrono::steady_clock::now();
+
+  // ---- fp32: train_mlp's model and recipe ----
+  train_mlp::mlp<float> model(features, o.hidden, classes, o.seed);
+  {
+    shuffled_batches b(data.train, features, o.batch, o.seed);
+    const auto next = [&] { return b.next().plain(); };
+    train(model, {o.steps, o.lr}, next, no_setup);
+  }
+  const dense_mlp base = from_trained(model.parameters());
+  engine_net& fp32 = table.keep(fp32_net(base));
+  row& fp32_row = table.add(
+      c, fp32, data.test,
+      {.variant = "fp32",
+       .task = "spiral",
+       .bytes = fp32.bytes(),
+       .notes = format("%zu-%zu-%zu-%zu, %zu parameters, %llu steps", features, o.hidden, o.hidden,
+                       classes, base.parameter_count(), static_cast<unsigned long long>(o.steps))});
+  const double fp32_acc = fp32_row.accuracy;
+  fp32_row.reference = fp32_acc;
+  std::printf("fp32 model trained: %.1f%% test accuracy\n", fp32_acc);
+#if COMPRESS_MLP_OPENBLAS
+  {  // the same weights through a tuned fp32 GEMM: how much of a speed-up is the kernel alone
+    engine_net blas;
+    for (const linear_layer& l : base.layers) blas.add(std::make_unique<blas_linear>(l));
+    engine_net& net = table.keep(std::move(blas));
+    table.add(c, net, data.test,
+              {.variant = "fp32, OpenBLAS",
+               .task = "spiral",
+               .reference = fp32_acc,
+               .bytes = net.bytes(),
+               .notes = "the fp32 weights through cblas_sgemm"});
+  }
+#endif
+
+  const stage s{c, data, base, fp32, fp32_acc, table, check};
+  structured_variant(s);
+  sparse24_variant(s);
+  int8_variants(s);
+  student_variants(s);
+  lora_variants(s, shifted);
   if (o.min_accuracy) {
     check.expect(
         fp32_acc >= *o.min_accuracy,
@@ -715,6 +806,9 @@ int run(const options& o) {
 
 int main(int argc, char** argv) {
   const options o = parse_flags(argc, argv);
+#if COMPRESS_MLP_OPENBLAS
+  openblas_set_num_threads(static_cast<int>(o.threads));  // its own threads, not oneTBB's
+#endif
   try {
     tbb::task_arena arena(static_cast<int>(o.threads));
     return arena.execute([&] { return run(o); });

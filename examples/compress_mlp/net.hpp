@@ -32,6 +32,10 @@
 
 #include "train_mlp/mlp.hpp"
 
+#if COMPRESS_MLP_OPENBLAS
+#include <cblas.h>  // OpenBLAS (CMakeLists.txt finds it): the fp32 reference row through sgemm
+#endif
+
 namespace compress_mlp {
 
 namespace hc = hone::compress;
@@ -162,6 +166,31 @@ class fp32_linear final : public layer_engine {
   std::size_t in_, out_;
   std::vector<float> wt_, b_;
 };
+
+#if COMPRESS_MLP_OPENBLAS
+/// fp32 through OpenBLAS: y = x W^T + b as one cblas_sgemm (W [out, in] as stored), the bias
+/// broadcast first. The tuned fp32 GEMM, for reference beside train_mlp's plain loops.
+class blas_linear final : public layer_engine {
+ public:
+  explicit blas_linear(const linear_layer& l) : in_(l.in), out_(l.out), w_(l.w), b_(l.b) {}
+  void forward(std::span<const float> x, std::size_t m, std::span<float> y) override {
+    for (std::size_t r = 0; r < m; ++r) std::copy(b_.begin(), b_.end(), y.begin() + r * out_);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+                static_cast<int>(out_), static_cast<int>(in_), 1.0f, x.data(),
+                static_cast<int>(in_), w_.data(), static_cast<int>(in_), 1.0f, y.data(),
+                static_cast<int>(out_));
+  }
+  [[nodiscard]] std::size_t in() const override { return in_; }
+  [[nodiscard]] std::size_t out() const override { return out_; }
+  [[nodiscard]] std::size_t bytes() const override {
+    return (w_.size() + b_.size()) * sizeof(float);
+  }
+
+ private:
+  std::size_t in_, out_;
+  std::vector<float> w_, b_;
+};
+#endif
 
 /// 2:4 sparse weights (hone::compress::sparse24_matrix, packed) and an fp32 bias.
 class sparse24_linear final : public layer_engine {
