@@ -327,17 +327,9 @@ void check_bits(const char* name, Kernel kernel) {
 }
 
 const char* hone_simd_name() {
-#if defined(HONE_SIMD_AVX512)
-  return "avx512f";
-#elif defined(HONE_SIMD_AVX)
-  return "avx";
-#elif defined(HONE_SIMD_SSE2)
-  return "sse2";
-#elif defined(HONE_SIMD_NEON)
-  return "neon";
-#else
-  return "none";
-#endif
+  // The target hone's loops run on (chosen at run time; HONE_ISA forces one).
+  static const std::string name(hone::to_string(hone::active_isa()));
+  return name.c_str();
 }
 
 /// The architecture xsimd::dispatch picks on this CPU from dispatch_archs.

@@ -11,6 +11,7 @@
 #include "hone/core/device_span.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/half.hpp"
+#include "hone/core/isa.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/numeric.hpp"

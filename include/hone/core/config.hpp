@@ -29,6 +29,7 @@
 #define HONE_HOST_DEVICE __host__ __device__ inline
 #define HONE_DEVICE __device__ inline
 #define HONE_FORCEINLINE __forceinline__
+#define HONE_HOST_DEVICE_FORCEINLINE __host__ __device__ __forceinline__
 #else
 #define HONE_CUDA_COMPILER 0
 #define HONE_HOST_DEVICE inline
@@ -38,6 +39,9 @@
 #else
 #define HONE_FORCEINLINE inline
 #endif
+// A vector form's math (an update functor's apply and what it calls): always inlined, so that it
+// is compiled for the target of the loop that runs it (core/detail/simd.hpp).
+#define HONE_HOST_DEVICE_FORCEINLINE HONE_FORCEINLINE
 #endif
 
 // True while compiling the device pass of a CUDA translation unit.

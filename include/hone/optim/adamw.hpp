@@ -99,7 +99,7 @@ struct adamw_coefficients {
   /// The update of one element (T = float) or one vector of elements (T = detail::vfloat).
   /// `g` is the raw gradient; the optimizer's grad_scale is applied here.
   template <class T>
-  HONE_HOST_DEVICE void update(T& p, const T& g, T& m, T& v) const {
+  HONE_HOST_DEVICE_FORCEINLINE void update(T& p, const T& g, T& m, T& v) const {
     const T gs = g * T(grad_scale);
     p = p * T(decay);
     m = T(beta1) * m + T(one_minus_beta1) * gs;
@@ -108,7 +108,7 @@ struct adamw_coefficients {
     p = p - T(step_size) * m / denom;
   }
   template <class T>
-  HONE_HOST_DEVICE void update_amsgrad(T& p, const T& g, T& m, T& v, T& v_max) const {
+  HONE_HOST_DEVICE_FORCEINLINE void update_amsgrad(T& p, const T& g, T& m, T& v, T& v_max) const {
     const T gs = g * T(grad_scale);
     p = p * T(decay);
     m = T(beta1) * m + T(one_minus_beta1) * gs;
@@ -125,7 +125,7 @@ struct adamw_functor {
   adamw_coefficients c;
 
   template <class T>
-  HONE_HOST_DEVICE void apply(T& p, const T& g, T& m, T& v) const {
+  HONE_HOST_DEVICE_FORCEINLINE void apply(T& p, const T& g, T& m, T& v) const {
     c.update(p, g, m, v);
   }
   /// One element (the scalar and CUDA paths): the same math on detail::sfloat, whose products
@@ -147,7 +147,7 @@ struct adamw_amsgrad_functor {
   adamw_coefficients c;
 
   template <class T>
-  HONE_HOST_DEVICE void apply(T& p, const T& g, T& m, T& v, T& v_max) const {
+  HONE_HOST_DEVICE_FORCEINLINE void apply(T& p, const T& g, T& m, T& v, T& v_max) const {
     c.update_amsgrad(p, g, m, v, v_max);
   }
   HONE_HOST_DEVICE void operator()(float& p, const G& g, float& m, float& v, float& v_max) const {

@@ -66,7 +66,7 @@ struct sgd_functor {
   float grad_scale;
 
   template <class T>
-  HONE_HOST_DEVICE void apply(T& p, const T& g) const {
+  HONE_HOST_DEVICE_FORCEINLINE void apply(T& p, const T& g) const {
     const T d = g * T(grad_scale) + T(weight_decay) * p;
     p = p - T(lr) * d;
   }
@@ -93,7 +93,7 @@ struct sgd_momentum_functor {
   float nesterov_buf;   // momentum with Nesterov, else 1
 
   template <class T>
-  HONE_HOST_DEVICE void apply(T& p, const T& g, T& b) const {
+  HONE_HOST_DEVICE_FORCEINLINE void apply(T& p, const T& g, T& b) const {
     T d = g * T(grad_scale) + T(weight_decay) * p;
     b = T(keep) * b + T(take) * d;
     d = T(nesterov_grad) * d + T(nesterov_buf) * b;

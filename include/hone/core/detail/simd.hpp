@@ -1,9 +1,10 @@
-// hone/core/detail/simd.hpp: the vector register type of the host backend and the loop that
-// runs an element functor's vector form over arrays with it.
+// hone/core/detail/simd.hpp: the vector register types of the host backend, one per target
+// (core/isa.hpp), and the loop that runs an element functor's vector form over arrays with the
+// target chosen at run time.
 //
 // An element functor may offer, besides its `operator()(T0&, T1&, ...)`, a vector form
 // `template <class V> void apply(V&...) const` written with + - * / and `V(x)` (broadcast) on a
-// value type V: float, or `detail::vfloat`, a register of floats. hone::for_each
+// value type V: float, or `detail::vfloat_t<T>`, a register of floats of target T. hone::for_each
 // (core/parallel.hpp, core/multi_tensor.hpp) calls that form on whole registers whenever a functor
 // offers it and every array holds float (inputs may also be bfloat16 or half, widened on load): the
 // loop then needs no auto-vectorizer (g++ 12 at -O2 vectorizes nothing with its very-cheap cost
@@ -12,16 +13,20 @@
 // zero-padded copy, so an element gets the same bits wherever it sits (vector body, tail, a
 // one-element range).
 //
-// Width: 512-bit AVX-512F when the translation unit is compiled with it (the masked forms of
-// sqrt, max and the bf16 widening avoid g++ 12's spurious -Wmaybe-uninitialized in the unmasked
-// ones, PR 105593; HONE_NO_AVX512 or HONE_OPTIM_NO_AVX512 keeps 256 bits), 256-bit AVX when
-// compiled with AVX, 128-bit SSE2 on any other x86-64, 128-bit NEON on AArch64. Elsewhere, under
-// a CUDA compiler, or with HONE_NO_SIMD or HONE_OPTIM_NO_SIMD defined, there is no vector type
-// (HONE_SIMD is 0) and every functor runs element by element.
+// Targets: on x86-64 the loop is compiled for SSE2 (128-bit), AVX2 + F16C (256-bit) and AVX-512
+// F/BW/DQ/VL (512-bit) in every optimized GCC or Clang build, each as one function with that
+// target attribute into which the functor's vector form is flattened (so a generic -O2 build runs
+// AVX-512 code on an AVX-512 CPU), and each call takes the target of hone::active_isa(). The
+// register types' operations carry their target attribute and are never called outside such a
+// function (not always_inline: the functor's template body may be instantiated first for the
+// default target, where the call stays a call until flattening inlines it). Without run-time
+// choice (see core/isa.hpp) the loop uses the best target the flags allow: NEON on AArch64.
+// AVX-512 uses the masked forms of sqrt, max and the widening loads, which avoid g++ 12's spurious
+// -Wmaybe-uninitialized in the unmasked ones (PR 105593).
 //
 // Products never fuse with a following add (HONE_DETAIL_OPAQUE_FP, core/detail/no_contract.hpp),
 // so with FMA hardware or without, the vector form gives the bits of the same math done one
-// IEEE operation at a time.
+// IEEE operation at a time, on every target.
 #pragma once
 
 #include <algorithm>
@@ -35,207 +40,290 @@
 #include "hone/core/config.hpp"
 #include "hone/core/detail/no_contract.hpp"
 #include "hone/core/half.hpp"
+#include "hone/core/isa.hpp"
 
-#if !HONE_CUDA_COMPILER && !defined(HONE_NO_SIMD) && !defined(HONE_OPTIM_NO_SIMD)
-#if defined(__AVX512F__) && !defined(HONE_NO_AVX512) && !defined(HONE_OPTIM_NO_AVX512)
+#if defined(HONE_ISA_X86)
 #include <immintrin.h>
-#define HONE_SIMD_AVX512 1
-#elif defined(__AVX__)
-#include <immintrin.h>
-#define HONE_SIMD_AVX 1
-#elif defined(__SSE2__) || defined(_M_X64)
-#include <emmintrin.h>
-#define HONE_SIMD_SSE2 1
-#elif defined(__aarch64__) && defined(__ARM_NEON)
+#elif defined(HONE_ISA_NEON)
 #include <arm_neon.h>
+#endif
+
+// The target attributes of the x86 register types (empty where the compiler has none: MSVC).
+#if defined(HONE_ISA_X86) && defined(__GNUC__)
+#define HONE_DETAIL_TARGET_AVX2 __attribute__((target("avx,avx2,fma,f16c")))
+#define HONE_DETAIL_TARGET_AVX512 \
+  __attribute__((target("avx,avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define HONE_DETAIL_FLATTEN __attribute__((flatten))
+#else
+#define HONE_DETAIL_TARGET_AVX2
+#define HONE_DETAIL_TARGET_AVX512
+#define HONE_DETAIL_FLATTEN
+#endif
+
+// The compiled-in target without run-time choice (bench/xsimd.cpp names it).
+#if defined(HONE_ISA_X86)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__) && !defined(HONE_NO_AVX512) && !defined(HONE_OPTIM_NO_AVX512)
+#define HONE_SIMD_AVX512 1
+#elif defined(__AVX2__) && defined(__F16C__)
+#define HONE_SIMD_AVX2 1
+#else
+#define HONE_SIMD_SSE2 1
+#endif
+#elif defined(HONE_ISA_NEON)
 #define HONE_SIMD_NEON 1
 #endif
-#endif
 
-#if defined(HONE_SIMD_AVX512) || defined(HONE_SIMD_AVX) || defined(HONE_SIMD_SSE2) || \
-    defined(HONE_SIMD_NEON)
+#if defined(HONE_ISA_X86) || defined(HONE_ISA_NEON)
 #define HONE_SIMD 1
 #else
 #define HONE_SIMD 0
 #endif
 
+// The targets whose register types this translation unit defines: every x86 target when the
+// choice is made at run time, else the ones the flags allow.
+#if defined(HONE_ISA_X86) && \
+    (defined(HONE_ISA_DISPATCH) || defined(HONE_SIMD_AVX2) || defined(HONE_SIMD_AVX512))
+#define HONE_DETAIL_HAS_AVX2 1
+#endif
+#if defined(HONE_ISA_X86) && !defined(HONE_NO_AVX512) && !defined(HONE_OPTIM_NO_AVX512) && \
+    (defined(HONE_ISA_DISPATCH) || defined(HONE_SIMD_AVX512))
+#define HONE_DETAIL_HAS_AVX512 1
+#endif
+
 HONE_NAMESPACE_BEGIN
 namespace detail {
 
-// ---- the vector type
-// -----------------------------------------------------------------------------
+// ---- the vector types
+// ----------------------------------------------------------------------------
 
-#if HONE_SIMD
-/// A register of floats with the arithmetic a functor's vector form uses. `vfloat(x)` broadcasts.
-struct vfloat {
-#if defined(HONE_SIMD_AVX512)
-  using native = __m512;
-  static constexpr std::size_t size = 16;
-#elif defined(HONE_SIMD_AVX)
-  using native = __m256;
-  static constexpr std::size_t size = 8;
-#elif defined(HONE_SIMD_SSE2)
+/// A register of floats of target T with the arithmetic a functor's vector form uses.
+/// `vfloat_t<T>(x)` broadcasts; load() widens float, bfloat16 and half arrays; store() writes
+/// floats.
+template <isa T>
+struct vfloat_t;
+
+/// fp16 -> float one element at a time into a buffer (exact), for targets without F16C.
+template <std::size_t N>
+inline void widen_half(const half* p, float* out) noexcept {
+  for (std::size_t j = 0; j < N; ++j) out[j] = to_float(p[j]);
+}
+
+#if defined(HONE_ISA_X86)
+template <>
+struct vfloat_t<isa::sse2> {
   using native = __m128;
   static constexpr std::size_t size = 4;
-#else
-  using native = float32x4_t;
-  static constexpr std::size_t size = 4;
-#endif
   native v;
 
-  vfloat() = default;
-  HONE_FORCEINLINE explicit vfloat(native x) noexcept : v(x) {}
-#if defined(HONE_SIMD_AVX512)
-  HONE_FORCEINLINE explicit vfloat(float x) noexcept : v(_mm512_set1_ps(x)) {}
-  HONE_FORCEINLINE static vfloat load(const float* p) noexcept {
-    return vfloat(_mm512_loadu_ps(p));
+  vfloat_t() = default;
+  HONE_FORCEINLINE explicit vfloat_t(native x) noexcept : v(x) {}
+  HONE_FORCEINLINE explicit vfloat_t(float x) noexcept : v(_mm_set1_ps(x)) {}
+  HONE_FORCEINLINE static vfloat_t load(const float* p) noexcept {
+    return vfloat_t(_mm_loadu_ps(p));
   }
-  HONE_FORCEINLINE void store(float* p) const noexcept {
-    _mm512_storeu_ps(p, v);
-  }
-  HONE_FORCEINLINE static vfloat load(const bfloat16* p) noexcept {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const auto all = static_cast<__mmask16>(0xFFFF);  // maskz forms: see optim_sqrt
-    return vfloat(_mm512_castsi512_ps(
-        _mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, raw), 16)));
-  }
-  friend HONE_FORCEINLINE vfloat operator+(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm512_add_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator-(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm512_sub_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator*(vfloat a, vfloat b) noexcept {
-    __m512 r = _mm512_mul_ps(a.v, b.v);
-    HONE_DETAIL_OPAQUE_FP(r);  // never fused into an FMA: see "no contraction"
-    return vfloat(r);
-  }
-  friend HONE_FORCEINLINE vfloat operator/(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm512_div_ps(a.v, b.v));
-  }
-#elif defined(HONE_SIMD_AVX)
-  HONE_FORCEINLINE explicit vfloat(float x) noexcept : v(_mm256_set1_ps(x)) {}
-  HONE_FORCEINLINE static vfloat load(const float* p) noexcept {
-    return vfloat(_mm256_loadu_ps(p));
-  }
-  HONE_FORCEINLINE void store(float* p) const noexcept {
-    _mm256_storeu_ps(p, v);
-  }
-  HONE_FORCEINLINE static vfloat load(const bfloat16* p) noexcept {
-    // A bfloat16 is the upper half of a float: interleaving zeros below each 16-bit value widens
-    // it exactly (SSE2 integer ops, so plain AVX without AVX2 works too).
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i zero = _mm_setzero_si128();
-    const __m128 lo = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, raw));
-    const __m128 hi = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, raw));
-    return vfloat(_mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1));
-  }
-  friend HONE_FORCEINLINE vfloat operator+(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm256_add_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator-(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm256_sub_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator*(vfloat a, vfloat b) noexcept {
-    __m256 r = _mm256_mul_ps(a.v, b.v);
-    HONE_DETAIL_OPAQUE_FP(r);
-    return vfloat(r);
-  }
-  friend HONE_FORCEINLINE vfloat operator/(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm256_div_ps(a.v, b.v));
-  }
-#elif defined(HONE_SIMD_SSE2)
-  HONE_FORCEINLINE explicit vfloat(float x) noexcept : v(_mm_set1_ps(x)) {}
-  HONE_FORCEINLINE static vfloat load(const float* p) noexcept {
-    return vfloat(_mm_loadu_ps(p));
-  }
-  HONE_FORCEINLINE void store(float* p) const noexcept {
-    _mm_storeu_ps(p, v);
-  }
-  HONE_FORCEINLINE static vfloat load(const bfloat16* p) noexcept {
+  HONE_FORCEINLINE void store(float* p) const noexcept { _mm_storeu_ps(p, v); }
+  HONE_FORCEINLINE static vfloat_t load(const bfloat16* p) noexcept {
+    // A bfloat16 is the upper half of a float: interleaving zeros below each value widens it.
     const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return vfloat(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), raw)));
+    return vfloat_t(_mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), raw)));
   }
-  friend HONE_FORCEINLINE vfloat operator+(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm_add_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator-(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm_sub_ps(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator*(vfloat a, vfloat b) noexcept {
-    __m128 r = _mm_mul_ps(a.v, b.v);
-    HONE_DETAIL_OPAQUE_FP(r);
-    return vfloat(r);
-  }
-  friend HONE_FORCEINLINE vfloat operator/(vfloat a, vfloat b) noexcept {
-    return vfloat(_mm_div_ps(a.v, b.v));
-  }
-#else
-  HONE_FORCEINLINE explicit vfloat(float x) noexcept : v(vdupq_n_f32(x)) {}
-  HONE_FORCEINLINE static vfloat load(const float* p) noexcept {
-    return vfloat(vld1q_f32(p));
-  }
-  HONE_FORCEINLINE void store(float* p) const noexcept {
-    vst1q_f32(p, v);
-  }
-  HONE_FORCEINLINE static vfloat load(const bfloat16* p) noexcept {
-    const uint16x4_t raw = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
-    return vfloat(vreinterpretq_f32_u32(vshll_n_u16(raw, 16)));
-  }
-  friend HONE_FORCEINLINE vfloat operator+(vfloat a, vfloat b) noexcept {
-    return vfloat(vaddq_f32(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator-(vfloat a, vfloat b) noexcept {
-    return vfloat(vsubq_f32(a.v, b.v));
-  }
-  friend HONE_FORCEINLINE vfloat operator*(vfloat a, vfloat b) noexcept {
-    float32x4_t r = vmulq_f32(a.v, b.v);
-    HONE_DETAIL_OPAQUE_FP(r);
-    return vfloat(r);
-  }
-  friend HONE_FORCEINLINE vfloat operator/(vfloat a, vfloat b) noexcept {
-    return vfloat(vdivq_f32(a.v, b.v));
-  }
-#endif
-  /// Conversion of a vector's worth of fp16 values (exact; scalar conversion, then one load).
-  HONE_FORCEINLINE static vfloat load(const half* p) noexcept {
-    alignas(64) float tmp[size];
-    for (std::size_t j = 0; j < size; ++j) tmp[j] = to_float(p[j]);
+  HONE_FORCEINLINE static vfloat_t load(const half* p) noexcept {
+    alignas(16) float tmp[size];
+    widen_half<size>(p, tmp);
     return load(static_cast<const float*>(tmp));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm_add_ps(a.v, b.v));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator-(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm_sub_ps(a.v, b.v));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator*(vfloat_t a, vfloat_t b) noexcept {
+    __m128 r = _mm_mul_ps(a.v, b.v);
+    HONE_DETAIL_OPAQUE_FP(r);  // never fused into an FMA: see "no contraction"
+    return vfloat_t(r);
+  }
+  friend HONE_FORCEINLINE vfloat_t operator/(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm_div_ps(a.v, b.v));
   }
 };
 
-// sqrt and max of a register, under the names the optimizer's update math calls for float and
-// vfloat alike (the float overloads are in optim/detail/simd.hpp): IEEE sqrt, and maxps's rule
-// (the second operand when either is NaN).
-HONE_FORCEINLINE vfloat optim_sqrt(vfloat a) noexcept {
-#if defined(HONE_SIMD_AVX512)
-  // The masked form: _mm512_sqrt_ps's undefined pass-through draws a spurious g++ 12 warning
-  // (PR 105593).
-  return vfloat(_mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), a.v));
-#elif defined(HONE_SIMD_AVX)
-  return vfloat(_mm256_sqrt_ps(a.v));
-#elif defined(HONE_SIMD_SSE2)
-  return vfloat(_mm_sqrt_ps(a.v));
-#else
-  return vfloat(vsqrtq_f32(a.v));
-#endif
+HONE_FORCEINLINE vfloat_t<isa::sse2> optim_sqrt(vfloat_t<isa::sse2> a) noexcept {
+  return vfloat_t<isa::sse2>(_mm_sqrt_ps(a.v));
 }
-HONE_FORCEINLINE vfloat optim_max(vfloat a, vfloat b) noexcept {
-#if defined(HONE_SIMD_AVX512)
-  return vfloat(_mm512_maskz_max_ps(static_cast<__mmask16>(0xFFFF), a.v, b.v));
-#elif defined(HONE_SIMD_AVX)
-  return vfloat(_mm256_max_ps(a.v, b.v));
-#elif defined(HONE_SIMD_SSE2)
-  return vfloat(_mm_max_ps(a.v, b.v));
-#else
-  // vmaxq_f32 propagates NaN; keep the maxps rule of the scalar helper instead.
-  return vfloat(vbslq_f32(vcgtq_f32(a.v, b.v), a.v, b.v));
-#endif
+HONE_FORCEINLINE vfloat_t<isa::sse2> optim_max(vfloat_t<isa::sse2> a,
+                                               vfloat_t<isa::sse2> b) noexcept {
+  return vfloat_t<isa::sse2>(_mm_max_ps(a.v, b.v));
 }
+#endif
 
-template <class T>
-HONE_FORCEINLINE void store_if_output(T* p, const vfloat& v) noexcept {
+#if defined(HONE_DETAIL_HAS_AVX2)
+template <>
+struct vfloat_t<isa::avx2> {
+  using native = __m256;
+  static constexpr std::size_t size = 8;
+  native v;
+
+  vfloat_t() = default;
+  // Not trivially copyable on purpose: a register then crosses a call that was not inlined (a
+  // user's vector form compiled for the default target calling this target's operations) by
+  // address, never in a register the two sides would disagree on (the AVX ABI).
+  vfloat_t(const vfloat_t& o) noexcept : v(o.v) {}
+  vfloat_t& operator=(const vfloat_t&) noexcept = default;
+  HONE_DETAIL_TARGET_AVX2 inline explicit vfloat_t(native x) noexcept : v(x) {}
+  HONE_DETAIL_TARGET_AVX2 inline explicit vfloat_t(float x) noexcept : v(_mm256_set1_ps(x)) {}
+  HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const float* p) noexcept {
+    return vfloat_t(_mm256_loadu_ps(p));
+  }
+  HONE_DETAIL_TARGET_AVX2 inline void store(float* p) const noexcept { _mm256_storeu_ps(p, v); }
+  HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const bfloat16* p) noexcept {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return vfloat_t(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16)));
+  }
+  HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const half* p) noexcept {
+    // F16C: exact, as to_float.
+    return vfloat_t(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm256_add_ps(a.v, b.v));
+  }
+  friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator-(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm256_sub_ps(a.v, b.v));
+  }
+  friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator*(vfloat_t a, vfloat_t b) noexcept {
+    __m256 r = _mm256_mul_ps(a.v, b.v);
+    HONE_DETAIL_OPAQUE_FP(r);
+    return vfloat_t(r);
+  }
+  friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator/(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm256_div_ps(a.v, b.v));
+  }
+};
+
+HONE_DETAIL_TARGET_AVX2 inline vfloat_t<isa::avx2> optim_sqrt(vfloat_t<isa::avx2> a) noexcept {
+  return vfloat_t<isa::avx2>(_mm256_sqrt_ps(a.v));
+}
+HONE_DETAIL_TARGET_AVX2 inline vfloat_t<isa::avx2> optim_max(vfloat_t<isa::avx2> a,
+                                                             vfloat_t<isa::avx2> b) noexcept {
+  return vfloat_t<isa::avx2>(_mm256_max_ps(a.v, b.v));
+}
+#endif
+
+#if defined(HONE_DETAIL_HAS_AVX512)
+template <>
+struct vfloat_t<isa::avx512> {
+  using native = __m512;
+  static constexpr std::size_t size = 16;
+  static constexpr auto all = static_cast<__mmask16>(0xFFFF);  // maskz forms: PR 105593
+  native v;
+
+  vfloat_t() = default;
+  // Not trivially copyable on purpose: a register then crosses a call that was not inlined (a
+  // user's vector form compiled for the default target calling this target's operations) by
+  // address, never in a register the two sides would disagree on (the AVX ABI).
+  vfloat_t(const vfloat_t& o) noexcept : v(o.v) {}
+  vfloat_t& operator=(const vfloat_t&) noexcept = default;
+  HONE_DETAIL_TARGET_AVX512 inline explicit vfloat_t(native x) noexcept : v(x) {}
+  HONE_DETAIL_TARGET_AVX512 inline explicit vfloat_t(float x) noexcept : v(_mm512_set1_ps(x)) {}
+  HONE_DETAIL_TARGET_AVX512 inline static vfloat_t load(const float* p) noexcept {
+    return vfloat_t(_mm512_loadu_ps(p));
+  }
+  HONE_DETAIL_TARGET_AVX512 inline void store(float* p) const noexcept { _mm512_storeu_ps(p, v); }
+  HONE_DETAIL_TARGET_AVX512 inline static vfloat_t load(const bfloat16* p) noexcept {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return vfloat_t(_mm512_castsi512_ps(
+        _mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, raw), 16)));
+  }
+  HONE_DETAIL_TARGET_AVX512 inline static vfloat_t load(const half* p) noexcept {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return vfloat_t(_mm512_maskz_cvtph_ps(all, raw));
+  }
+  friend HONE_DETAIL_TARGET_AVX512 inline vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm512_add_ps(a.v, b.v));
+  }
+  friend HONE_DETAIL_TARGET_AVX512 inline vfloat_t operator-(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm512_sub_ps(a.v, b.v));
+  }
+  friend HONE_DETAIL_TARGET_AVX512 inline vfloat_t operator*(vfloat_t a, vfloat_t b) noexcept {
+    __m512 r = _mm512_mul_ps(a.v, b.v);
+    HONE_DETAIL_OPAQUE_FP(r);
+    return vfloat_t(r);
+  }
+  friend HONE_DETAIL_TARGET_AVX512 inline vfloat_t operator/(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(_mm512_div_ps(a.v, b.v));
+  }
+};
+
+HONE_DETAIL_TARGET_AVX512 inline vfloat_t<isa::avx512> optim_sqrt(
+    vfloat_t<isa::avx512> a) noexcept {
+  return vfloat_t<isa::avx512>(_mm512_maskz_sqrt_ps(vfloat_t<isa::avx512>::all, a.v));
+}
+HONE_DETAIL_TARGET_AVX512 inline vfloat_t<isa::avx512> optim_max(vfloat_t<isa::avx512> a,
+                                                                 vfloat_t<isa::avx512> b) noexcept {
+  return vfloat_t<isa::avx512>(_mm512_maskz_max_ps(vfloat_t<isa::avx512>::all, a.v, b.v));
+}
+#endif
+
+#if defined(HONE_ISA_NEON)
+template <>
+struct vfloat_t<isa::neon> {
+  using native = float32x4_t;
+  static constexpr std::size_t size = 4;
+  native v;
+
+  vfloat_t() = default;
+  HONE_FORCEINLINE explicit vfloat_t(native x) noexcept : v(x) {}
+  HONE_FORCEINLINE explicit vfloat_t(float x) noexcept : v(vdupq_n_f32(x)) {}
+  HONE_FORCEINLINE static vfloat_t load(const float* p) noexcept { return vfloat_t(vld1q_f32(p)); }
+  HONE_FORCEINLINE void store(float* p) const noexcept { vst1q_f32(p, v); }
+  HONE_FORCEINLINE static vfloat_t load(const bfloat16* p) noexcept {
+    const uint16x4_t raw = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
+    return vfloat_t(vreinterpretq_f32_u32(vshll_n_u16(raw, 16)));
+  }
+  HONE_FORCEINLINE static vfloat_t load(const half* p) noexcept {
+    alignas(16) float tmp[size];
+    widen_half<size>(p, tmp);
+    return load(static_cast<const float*>(tmp));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(vaddq_f32(a.v, b.v));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator-(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(vsubq_f32(a.v, b.v));
+  }
+  friend HONE_FORCEINLINE vfloat_t operator*(vfloat_t a, vfloat_t b) noexcept {
+    float32x4_t r = vmulq_f32(a.v, b.v);
+    HONE_DETAIL_OPAQUE_FP(r);
+    return vfloat_t(r);
+  }
+  friend HONE_FORCEINLINE vfloat_t operator/(vfloat_t a, vfloat_t b) noexcept {
+    return vfloat_t(vdivq_f32(a.v, b.v));
+  }
+};
+
+HONE_FORCEINLINE vfloat_t<isa::neon> optim_sqrt(vfloat_t<isa::neon> a) noexcept {
+  return vfloat_t<isa::neon>(vsqrtq_f32(a.v));
+}
+HONE_FORCEINLINE vfloat_t<isa::neon> optim_max(vfloat_t<isa::neon> a,
+                                               vfloat_t<isa::neon> b) noexcept {
+  // vmaxq_f32 propagates NaN; keep the maxps rule of the scalar helper instead.
+  return vfloat_t<isa::neon>(vbslq_f32(vcgtq_f32(a.v, b.v), a.v, b.v));
+}
+#endif
+
+#if HONE_SIMD
+/// The register type of the target the compiler flags allow (the one the simd_functor concept
+/// checks a functor's vector form with; the loop instantiates it for every target).
+using vfloat = vfloat_t<compiled_isa()>;
+#endif
+
+// ---- the host loop
+// ----------------------------------------------------------------------------------
+
+#if HONE_SIMD
+template <class V, class T>
+HONE_FORCEINLINE void store_if_output(T* p, const V& v) noexcept {
   if constexpr (!std::is_const_v<T>) {
     static_assert(std::is_same_v<T, float>,
                   "hone: a functor's vector form (apply) writes float arrays only; make every "
@@ -244,39 +332,103 @@ HONE_FORCEINLINE void store_if_output(T* p, const vfloat& v) noexcept {
     v.store(p);
   }
 }
-#endif  // HONE_SIMD
 
-// ---- the host loop
-// ----------------------------------------------------------------------------------
-
-#if HONE_SIMD
-/// A vector's worth of elements of type T (zeros beyond the tail), for the last partial vector.
+/// A vector's worth (of the widest target) of elements of type T (zeros beyond the tail), for the
+/// last partial vector.
 template <class T>
 struct tail_buffer {
-  alignas(64) T v[vfloat::size]{};
+  alignas(64) T v[16]{};
 };
 
-template <class T>
-HONE_FORCEINLINE void store_tail(T* p, const vfloat& r, std::size_t n) noexcept {
+template <class V, class T>
+HONE_FORCEINLINE void store_tail(T* p, const V& r, std::size_t n) noexcept {
   if constexpr (!std::is_const_v<T>) {
-    static_assert(std::is_same_v<T, float>,
-                  "hone: a functor's vector form (apply) writes float arrays only; make every "
-                  "array it writes float, or give the functor no apply so it runs element by "
-                  "element");
-    alignas(64) float tmp[vfloat::size];
+    alignas(64) float tmp[16];
     r.store(tmp);
     for (std::size_t j = 0; j < n; ++j) p[j] = tmp[j];
   }
 }
+
+/// The loop over [begin, end) on registers V (see simd_apply_range).
+template <class V, class Op, class Tuple, std::size_t... K>
+HONE_FORCEINLINE void vector_range(const Op& op, std::size_t begin, std::size_t end,
+                                   const Tuple& ptrs, std::index_sequence<K...>) {
+  constexpr std::size_t width = V::size;
+  std::size_t i = begin;
+  for (; i + width <= end; i += width) {
+    V r[sizeof...(K)] = {V::load(std::get<K>(ptrs) + i)...};
+    op.apply(r[K]...);
+    (store_if_output(std::get<K>(ptrs) + i, r[K]), ...);
+  }
+  if (i < end) {
+    const std::size_t rest = end - i;
+    std::tuple<
+        tail_buffer<std::remove_cv_t<std::remove_pointer_t<std::tuple_element_t<K, Tuple>>>>...>
+        tmp;
+    ((std::copy_n(std::get<K>(ptrs) + i, rest, std::get<K>(tmp).v)), ...);
+    V r[sizeof...(K)] = {V::load(std::get<K>(tmp).v)...};
+    op.apply(r[K]...);
+    (store_tail(std::get<K>(ptrs) + i, r[K], rest), ...);
+  }
+}
+
+/// vector_range compiled for one target: the functor's vector form and the register operations
+/// are flattened into this one function, which carries the target's attribute.
+template <isa T>
+struct target_loop;
+
+#if defined(HONE_ISA_X86)
+template <>
+struct target_loop<isa::sse2> {
+  template <class Op, class Tuple, std::size_t... K>
+  HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin, std::size_t end,
+                                      const Tuple& ptrs, std::index_sequence<K...> k) {
+    vector_range<vfloat_t<isa::sse2>>(op, begin, end, ptrs, k);
+  }
+};
 #endif
+#if defined(HONE_DETAIL_HAS_AVX2)
+template <>
+struct target_loop<isa::avx2> {
+  template <class Op, class Tuple, std::size_t... K>
+  HONE_DETAIL_TARGET_AVX2 HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin,
+                                                              std::size_t end, const Tuple& ptrs,
+                                                              std::index_sequence<K...> k) {
+    vector_range<vfloat_t<isa::avx2>>(op, begin, end, ptrs, k);
+  }
+};
+#endif
+#if defined(HONE_DETAIL_HAS_AVX512)
+template <>
+struct target_loop<isa::avx512> {
+  template <class Op, class Tuple, std::size_t... K>
+  HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin,
+                                                                std::size_t end, const Tuple& ptrs,
+                                                                std::index_sequence<K...> k) {
+    vector_range<vfloat_t<isa::avx512>>(op, begin, end, ptrs, k);
+  }
+};
+#endif
+#if defined(HONE_ISA_NEON)
+template <>
+struct target_loop<isa::neon> {
+  template <class Op, class Tuple, std::size_t... K>
+  HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin, std::size_t end,
+                                      const Tuple& ptrs, std::index_sequence<K...> k) {
+    vector_range<vfloat_t<isa::neon>>(op, begin, end, ptrs, k);
+  }
+};
+#endif
+#endif  // HONE_SIMD
 
 /// Runs the functor `op` over [begin, end) of the arrays in `ptrs` through its vector form
-/// `op.apply(vfloat&...)`, one register at a time; the last partial register goes through a
-/// zero-padded copy, so every element takes the vector path (and gets the same bits wherever it
-/// sits). Without SIMD support: element by element through `op(T&...)`.
+/// `op.apply(V&...)` on the registers of hone::active_isa(), one register at a time; the last
+/// partial register goes through a zero-padded copy, so every element takes the vector path (and
+/// gets the same bits wherever it sits). With isa::scalar, or without SIMD support: element by
+/// element through `op(T&...)`, which gives the same bits.
 template <class Op, class Tuple, std::size_t... K>
 HONE_FORCEINLINE void simd_apply_range(const Op& op_in, std::size_t begin, std::size_t end,
-                                       const Tuple& ptrs_in, std::index_sequence<K...>) {
+                                       const Tuple& ptrs_in, std::index_sequence<K...> k) {
   static_assert(std::is_trivially_copyable_v<Op>,
                 "hone: a functor with a vector form (apply) must be trivially copyable: its "
                 "coefficients are copied into registers for the loop; hold its data by value or "
@@ -287,27 +439,30 @@ HONE_FORCEINLINE void simd_apply_range(const Op& op_in, std::size_t begin, std::
   // rate of an AdamW step).
   const Op op = op_in;
   const Tuple ptrs = ptrs_in;
-  std::size_t i = begin;
 #if HONE_SIMD
-  constexpr std::size_t width = vfloat::size;
-  for (; i + width <= end; i += width) {
-    vfloat r[sizeof...(K)] = {vfloat::load(std::get<K>(ptrs) + i)...};
-    op.apply(r[K]...);
-    (store_if_output(std::get<K>(ptrs) + i, r[K]), ...);
-  }
-  if (i < end) {
-    const std::size_t rest = end - i;
-    std::tuple<
-        tail_buffer<std::remove_cv_t<std::remove_pointer_t<std::tuple_element_t<K, Tuple>>>>...>
-        tmp;
-    ((std::copy_n(std::get<K>(ptrs) + i, rest, std::get<K>(tmp).v)), ...);
-    vfloat r[sizeof...(K)] = {vfloat::load(std::get<K>(tmp).v)...};
-    op.apply(r[K]...);
-    (store_tail(std::get<K>(ptrs) + i, r[K], rest), ...);
+  switch (active_isa()) {
+    case isa::scalar:
+      break;
+#if defined(HONE_DETAIL_HAS_AVX512)
+    case isa::avx512:
+      target_loop<isa::avx512>::run(op, begin, end, ptrs, k);
+      return;
+#endif
+#if defined(HONE_DETAIL_HAS_AVX2)
+    case isa::avx2:
+      target_loop<isa::avx2>::run(op, begin, end, ptrs, k);
+      return;
+#endif
+    default:
+      // The compiled target (a translation unit built without run-time choice, or a target
+      // chosen by a unit that has it: the best this one has).
+      target_loop<compiled_isa()>::run(op, begin, end, ptrs, k);
+      return;
   }
 #else
-  for (; i < end; ++i) op(std::get<K>(ptrs)[i]...);
+  (void)k;
 #endif
+  for (std::size_t i = begin; i < end; ++i) op(std::get<K>(ptrs)[i]...);
 }
 
 #if HONE_SIMD
