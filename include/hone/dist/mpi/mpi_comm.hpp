@@ -36,6 +36,9 @@
 // time, any thread); ask for thread_level::multiple to call from several threads at once. One
 // mpi_comm and its requests are used from one thread at a time.
 //
+// all_reduce's sums ask Open MPI for the ring algorithm (detail/iallreduce_ring.hpp: its default
+// for an in-place MPI_Iallreduce on fewer than 4 ranks sends every byte through rank 0 twice).
+//
 // Element types: float, double, std::int32_t, std::int64_t. Counts up to INT_MAX elements per
 // call (MPI 3 counts are int).
 #pragma once
@@ -52,6 +55,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -63,6 +67,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/mpi/detail/iallreduce_ring.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -224,6 +229,8 @@ struct mpi_state {
   // pending here (its buffer with it) and is tested again at the next timeout.
   std::vector<MPI_Request> probes;
   std::vector<std::uint64_t> probed;
+  // Open MPI's ring for all_reduce's sums (iallreduce_ring.hpp); made once MPI is initialized.
+  std::optional<iallreduce_ring> ring;
 
   mpi_state() = default;
   mpi_state(const mpi_state&) = delete;
@@ -458,6 +465,8 @@ class mpi_comm {
   static constexpr std::chrono::milliseconds default_timeout{std::chrono::seconds(300)};
   /// How long request::wait() calls MPI_Test without sleeping before it polls every 100 us.
   static constexpr std::chrono::milliseconds spin_time{std::chrono::seconds(1)};
+  /// Whether all_reduce can ask Open MPI for its ring (the MPI library has the control variable).
+  [[nodiscard]] bool asks_for_ring() const noexcept { return state_->ring->available(); }
 
   /// A started collective. Move-only; default-constructed, it is complete.
   class request {
@@ -607,6 +616,7 @@ class mpi_comm {
     detail::mpi_check(MPI_Comm_size(s.comm, &s.size), "mpi_comm: MPI_Comm_size");
     detail::mpi_check(MPI_Op_create(&detail::mpi_nan_max, 1, &s.max_op), "mpi_comm: MPI_Op_create");
     if (naming == missing_ranks::named) s.create_window();
+    s.ring.emplace();
   }
 
   mpi_comm(mpi_comm&&) noexcept = default;
@@ -631,9 +641,14 @@ class mpi_comm {
   [[nodiscard]] request all_reduce(std::span<T> data, reduce_op op) {
     const int count = checked_count(data.size(), "all_reduce");
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count, detail::mpi_type<T>(), mpi_op<T>(op),
-                         state_->comm, &r),
-          "all_reduce", "MPI_Iallreduce");
+    const auto start = [&] {
+      return MPI_Iallreduce(MPI_IN_PLACE, data.data(), count, detail::mpi_type<T>(), mpi_op<T>(op),
+                            state_->comm, &r);
+    };
+    // Sums of at least one element per rank: Open MPI's ring instead of its in-place default (a
+    // binomial reduce and broadcast through rank 0), see docs/dist.md.
+    const bool ring = op == reduce_op::sum && data.size() >= static_cast<std::size_t>(state_->size);
+    check(ring ? state_->ring->run(start) : start(), "all_reduce", "MPI_Iallreduce");
     return started(r, "all_reduce", to_string(op), data.size(), detail::type_name<T>());
   }
 
