@@ -381,7 +381,12 @@ int main(int argc, char** argv) {
       o.block_tokens);
 
   std::vector<run_result> results;
-  for (const mode m : o.modes) results.push_back(run(net, o, m));
+  try {
+    for (const mode m : o.modes) results.push_back(run(net, o, m));
+  } catch (const std::exception& e) {  // a request failed (the model's error reaches its client)
+    std::fprintf(stderr, "generate: %s\n", e.what());
+    return 1;
+  }
 
   const double generated = static_cast<double>(o.clients * o.prompts * o.new_tokens);
   std::printf("\n%-28s %9s %10s %18s %14s %12s %10s\n", "mode", "seconds", "tokens/s",
