@@ -1,7 +1,8 @@
 // Tests of mpi_comm, run under mpirun with 2 and 3 ranks: every collective against an oracle each
 // rank computes alone (rank-dependent data whose reduction over the ranks is known in closed
 // form), with sizes that are not multiples of the rank count, empty spans, max's NaN and signed
-// zero rule, requests waited out of order, and argument checks.
+// zero rule, requests waited out of order, and argument checks, and that all_reduce asks Open MPI
+// for its ring only while it starts.
 #define BOOST_TEST_MODULE hone_dist_mpi_comm
 #include <boost/test/unit_test.hpp>
 
@@ -12,6 +13,7 @@
 #include <hone/dist/mpi/mpi_comm.hpp>
 #include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace hd = hone::dist;
@@ -245,4 +247,60 @@ BOOST_AUTO_TEST_CASE(environment_reports_the_thread_level) {
   hd::mpi_environment again(hd::thread_level::single);
   BOOST_TEST(!again.owns());
   BOOST_TEST(static_cast<int>(again.provided()) >= static_cast<int>(hd::thread_level::serialized));
+}
+
+namespace {
+/// The library's control variable coll_libnbc_iallreduce_algorithm read and written through this
+/// test's own MPI_T handle (nullopt where the MPI library has none).
+struct nbc_algorithm_cvar {
+  MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+  nbc_algorithm_cvar() {
+    int provided = 0, index = -1, count = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return;
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS)
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count);
+  }
+  ~nbc_algorithm_cvar() {
+    if (handle != MPI_T_CVAR_HANDLE_NULL) MPI_T_cvar_handle_free(&handle);
+    MPI_T_finalize();
+  }
+  nbc_algorithm_cvar(const nbc_algorithm_cvar&) = delete;
+  nbc_algorithm_cvar& operator=(const nbc_algorithm_cvar&) = delete;
+  [[nodiscard]] int read() const {
+    int v = -1;
+    MPI_T_cvar_read(handle, &v);
+    return v;
+  }
+  void write(int v) const { MPI_T_cvar_write(handle, &v); }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(all_reduce_asks_open_mpi_for_its_ring_and_restores_the_setting) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  const nbc_algorithm_cvar cvar;
+  auto c = make_comm();
+  if (std::string(version, static_cast<std::size_t>(len)).find("Open MPI") == std::string::npos ||
+      cvar.handle == MPI_T_CVAR_HANDLE_NULL) {
+    BOOST_TEST_MESSAGE("not Open MPI with coll/libnbc: all_reduce asks for nothing");
+    BOOST_TEST(!c.asks_for_ring());
+    return;
+  }
+  BOOST_TEST(c.asks_for_ring());
+  // The ring (1) is set while the MPI_Iallreduce starts, and the program's own setting (here 2,
+  // binomial) is back afterwards.
+  cvar.write(2);
+  hd::detail::iallreduce_ring ring;
+  int during = -1;
+  const int rc = ring.run([&] {
+    during = cvar.read();
+    return MPI_SUCCESS;
+  });
+  BOOST_TEST(rc == MPI_SUCCESS);
+  BOOST_TEST(during == hd::detail::iallreduce_ring::ring);
+  BOOST_TEST(cvar.read() == 2);
+  check_sum<float>(c, 100003);  // through mpi_comm: still the right sums, setting restored
+  BOOST_TEST(cvar.read() == 2);
+  cvar.write(0);
 }
