@@ -335,7 +335,20 @@ void print_table(const std::deque<row>& rows) {
                 static_cast<double>(r.bytes) / static_cast<double>(fp32.bytes), r.samples_per_s,
                 r.samples_per_s / fp32.samples_per_s, vs_blas.c_str(), r.notes.c_str());
   }
+  // Said in words too: which variants ran slower than the references.
+  const auto slower = [&](const row& ref, const char* what) {
+    std::string list;
+    for (const row& r : rows) {
+      if (&r != &ref && r.samples_per_s < ref.samples_per_s) {
+        list += format("%s%s (%s, %.2fx)", list.empty() ? "" : ", ", r.variant.c_str(),
+                       r.task.c_str(), r.samples_per_s / ref.samples_per_s);
+      }
+    }
+    std::printf("slower than %s: %s\n", what, list.empty() ? "none" : list.c_str());
+  };
   std::printf("\n");
+  slower(fp32, "the fp32 model's loops");
+  if (with_blas) slower(*blas, "the fp32 weights through OpenBLAS");
 }
 
 // ---- checks ----
