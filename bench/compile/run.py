@@ -24,6 +24,15 @@ with -DHONE_SEPARATE_COMPILATION, the definition hone::compiled gives its users.
 
 The translation units default to the ones next to this script, whatever tree is measured, so an
 older release can be measured with today's TUs.
+
+--umbrellas adds one generated translation unit per module umbrella (`#include <hone/<m>.hpp>`
+for every hone/<m>.hpp of the first tree's installation but hone.hpp): what each module costs a
+file that names it. --floor adds `floor.cpp`: every header outside hone that <hone/hone.hpp> of
+the first tree includes (the standard library, oneTBB, zstd, xxHash, <immintrin.h>; found with
+`-H`), and no hone code: what a file that includes the whole umbrella pays before hone's own
+code, the part no change to hone's headers short of including less can take away.
+
+  bench/compile/run.py --tree after=. --tu bench/compile/include_only.cpp --umbrellas --floor
 """
 
 import argparse
@@ -108,6 +117,48 @@ def compile_once(cxx, std, opt, include, tu, out, extra):
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def umbrella_tus(include, work):
+    """One TU per module umbrella hone/<m>.hpp of an installation (hone.hpp excepted)."""
+    tus = []
+    for header in sorted(os.listdir(os.path.join(include, "hone"))):
+        if not header.endswith(".hpp") or header == "hone.hpp":
+            continue
+        tu = os.path.join(work, "umbrella_" + header[:-len(".hpp")] + ".cpp")
+        with open(tu, "w") as f:
+            f.write("#include <hone/%s>\n" % header)
+        tus.append(tu)
+    return tus
+
+
+def floor_tu(cxx, std, include, work, extra):
+    """floor.cpp: the headers outside `include` that <hone/hone.hpp> includes, in their order."""
+    probe = os.path.join(work, "floor_probe.cpp")
+    with open(probe, "w") as f:
+        f.write("#include <hone/hone.hpp>\n")
+    r = subprocess.run([cxx, "-std=" + std, "-H", "-fsyntax-only", "-I", include, probe] + extra,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit("run.py: -H of <hone/hone.hpp> failed:\n" + r.stderr)
+    root = os.path.realpath(include)
+    headers = []
+    is_hone = [True]  # per include depth: is that header hone's (depth 0: the probe itself)
+    for line in r.stderr.splitlines():
+        dots, _, path = line.partition(" ")
+        if not dots or set(dots) != {"."} or not path:
+            continue
+        depth = len(dots)
+        inside = os.path.realpath(path).startswith(root + os.sep)
+        # The headers outside hone that a hone header includes; what they include follows.
+        if not inside and is_hone[depth - 1] and path not in headers:
+            headers.append(path)
+        del is_hone[depth:]
+        is_hone.append(inside)
+    tu = os.path.join(work, "floor.cpp")
+    with open(tu, "w") as f:
+        f.write("".join('#include "%s"\n' % h for h in headers))
+    return tu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tree", action="append", metavar="NAME=SRC",
@@ -121,6 +172,11 @@ def main():
                          "include_core.cpp and trainer_three_precisions.cpp next to this script")
     ap.add_argument("--opt", action="append", metavar="FLAG",
                     help="optimization flag, written --opt=-O1 (repeatable); default: -O3 and -O2")
+    ap.add_argument("--umbrellas", action="store_true",
+                    help="also compile one generated TU per module umbrella <hone/<m>.hpp>")
+    ap.add_argument("--floor", action="store_true",
+                    help="also compile floor.cpp: the headers outside hone that <hone/hone.hpp> "
+                         "includes, without hone")
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions (default 5)")
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"), help="compiler (default $CXX or g++)")
     ap.add_argument("--std", default="c++20")
@@ -159,6 +215,11 @@ def main():
                                                       name in compiled, a.reps)
         flags = {name: a.cxxflag + (["-DHONE_SEPARATE_COMPILATION"] if name in compiled else [])
                  for name, _ in trees}
+        first = includes[trees[0][0]]
+        if a.umbrellas:
+            tus += umbrella_tus(first, work)
+        if a.floor:
+            tus.append(floor_tu(a.cxx, a.std, first, work, flags[trees[0][0]]))
         out = os.path.join(work, "tu.o")
         version = subprocess.run([a.cxx, "--version"], stdout=subprocess.PIPE,
                                  text=True).stdout.splitlines()[0]
