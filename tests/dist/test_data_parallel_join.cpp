@@ -309,4 +309,21 @@ BOOST_AUTO_TEST_CASE(a_failed_flag_exchange_names_the_step_and_stays_pending) {
   BOOST_TEST(comm.started == 12);
   BOOST_TEST(!dp.join_step(g));  // every rank (the one) has joined
   BOOST_TEST(dp.shadowed_steps() == 0u);
+  // The pick of the rank whose state every rank takes (#14) fails: named, pending, completed.
+  comm.fail_at = 14;
+  try {
+    (void)dp.last_joiner();
+    BOOST_FAIL("the failed pick was not reported");
+  } catch (const hone::dist_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("hone::data_parallel: after step 3 on rank 0 of 1, the all_reduce (max) "
+                      "that picks the rank whose trainer state every rank takes after the join: "
+                      "flaky_comm: collective #14") == 0u,
+               m);
+  }
+  BOOST_TEST(dp.pending());
+  dp.finish_pending();
+  BOOST_TEST(!dp.pending());
+  BOOST_TEST(dp.last_joiner() == 0);
+  BOOST_TEST(comm.started == 15);
 }

@@ -181,7 +181,7 @@ struct dp_state {
 
   // ---- uneven inputs (data_parallel_options::uneven_inputs) ----
   /// What follows the exchange of {samples, still active} once it completes.
-  enum class after_flags { nothing, reduce, shadow };
+  enum class after_flags { nothing, reduce, shadow, pick };  // pick: last_joiner()'s max
   std::array<double, 2> flags{};        // {samples, still active}: this rank's, then the sums
   std::optional<FlagRequest> flag_req;  // the exchange in flight
   bool flags_pending = false;           // an exchange failed and is not complete
@@ -297,21 +297,24 @@ class data_parallel {
   /// After every rank has joined (join_step returned false on every rank): the rank whose trainer
   /// state the others take, the lowest-numbered of those that had a batch in the last step in
   /// which any rank had one (rank 0 when no rank had any). One all_reduce (max) of one double.
+  /// Throws dist_error when the collective fails or times out (it then stays pending:
+  /// finish_pending() completes it; no state has been exchanged).
   [[nodiscard]] int last_joiner() {
+    refuse_if_pending(s_.reductions);
     const auto n = static_cast<std::uint64_t>(comm_->size());
     const auto mine = static_cast<std::uint64_t>(comm_->size() - 1 - comm_->rank());
-    double key = static_cast<double>(s_.last_active * n + mine);
+    s_.flags = {static_cast<double>(s_.last_active * n + mine), 0.0};
+    s_.then = state_type::after_flags::pick;
+    s_.flag_req.reset();
     try {
-      comm_->all_reduce(std::span<double>(&key, 1), dist::reduce_op::max).wait();
-    } catch (const std::exception& e) {
-      throw dist_error("hone::data_parallel: after step " + std::to_string(s_.reductions) +
-                       " on rank " + std::to_string(comm_->rank()) + " of " +
-                       std::to_string(comm_->size()) +
-                       ", the all_reduce that picks the rank whose state every rank takes after "
-                       "the join failed: " +
-                       e.what());
+      s_.flag_req.emplace(
+          comm_->all_reduce(std::span<double>(s_.flags.data(), 1), dist::reduce_op::max));
+    } catch (const dist_error& e) {
+      throw dist_error(flags_where(s_.reductions) + ": " + e.what());
     }
-    return static_cast<int>(n - 1 - static_cast<std::uint64_t>(key) % n);
+    s_.flags_pending = true;
+    wait_flags(s_.reductions);
+    return static_cast<int>(n - 1 - static_cast<std::uint64_t>(s_.flags[0]) % n);
   }
 
   /// Steps this rank has taken part in after joining (zero gradients), over its whole life.
@@ -363,10 +366,16 @@ class data_parallel {
     }
     s_.flag_req.reset();
     s_.flags_pending = false;
-    s_.active = static_cast<std::size_t>(s_.flags[1]);
+    if (s_.then != state_type::after_flags::pick) s_.active = static_cast<std::size_t>(s_.flags[1]);
   }
 
   [[nodiscard]] std::string flags_where(std::uint64_t step) const {
+    if (s_.then == state_type::after_flags::pick) {
+      return "hone::data_parallel: after step " + std::to_string(step) + " on rank " +
+             std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()) +
+             ", the all_reduce (max) that picks the rank whose trainer state every rank takes "
+             "after the join";
+    }
     return "hone::data_parallel: step " + std::to_string(step) + " on rank " +
            std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()) +
            (s_.then == state_type::after_flags::shadow
