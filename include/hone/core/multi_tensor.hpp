@@ -162,7 +162,7 @@ inline R reduce_chunk(const Op& op, const Reduce& reduce, R init, const chunk& c
 /// Runs `op(a[i], b[i], ...)` over every element of every tensor of the lists (host memory), in
 /// chunks of tuning.grain elements spread over oneTBB workers. A functor with a vector form
 /// (`template <class V> void apply(V&...) const`, see core/detail/simd.hpp) runs it on SIMD
-/// registers when every list holds float (inputs may be bfloat16 or half); then every element,
+/// registers when every list holds float, bfloat16 or half; then every element,
 /// the tail of a tensor included, takes that form and gets the same bits wherever it sits.
 template <class Op, class... Ts>
 void for_each(const tensor_lists<Ts...>& lists, const Op& op, host_tuning tuning = {}) {

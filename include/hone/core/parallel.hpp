@@ -5,11 +5,15 @@
 //
 // The inner loop of a chunk takes one of two forms, chosen at compile time per functor:
 // - the vector form, when the functor offers `template <class V> void apply(V&...) const` and
-//   every array holds float (inputs may also be bfloat16 or half): one SIMD register per array
-//   per step (detail::simd_apply_range, core/detail/simd.hpp), the way hone's optimizers run;
+//   every array holds float, bfloat16 or half: one SIMD register per array per step
+//   (detail::simd_apply_range, core/detail/simd.hpp), the way hone's optimizers run;
 // - otherwise an element loop written for the auto-vectorizer: the functor and the pointers are
 //   copied into locals (restrict-qualified), so no store of the loop can alias them and each
 //   iteration is the inlined functor on `p[i]...`.
+// Both are compiled for several x86-64 targets and run on the one hone::active_isa() chooses at
+// run time (core/isa.hpp): the vector form on SSE2, AVX2 or AVX-512; the element loops and the
+// reductions on SSE2 or AVX2 (without FMA, so a product is never fused into an add and the bits
+// are those of the SSE2 loop).
 //
 // Thread count: these functions run in the caller's oneTBB arena, so
 // `tbb::task_arena(4).execute([&]{ hone::for_each(...); })` limits them to 4 threads.
@@ -81,8 +85,8 @@ namespace detail {
 /// each one in every iteration and can keep the loop scalar); the pointers arrive as restrict
 /// parameters, so the arrays need no runtime overlap check.
 template <class Op, class... Ts>
-HONE_VECTORIZE_FUNCTION void element_range(const Op& op_in, std::size_t begin, std::size_t end,
-                                           Ts* HONE_RESTRICT... p) {
+HONE_FORCEINLINE void element_loop(const Op& op_in, std::size_t begin, std::size_t end,
+                                   Ts* HONE_RESTRICT... p) {
   if constexpr (std::is_trivially_copyable_v<Op>) {
     const Op op = op_in;
     HONE_PRAGMA_VECTORIZE
@@ -91,6 +95,26 @@ HONE_VECTORIZE_FUNCTION void element_range(const Op& op_in, std::size_t begin, s
     HONE_PRAGMA_VECTORIZE
     for (std::size_t i = begin; i < end; ++i) op_in(p[i]...);
   }
+}
+template <class Op, class... Ts>
+HONE_VECTORIZE_FUNCTION void element_range_base(const Op& op, std::size_t begin, std::size_t end,
+                                                Ts* HONE_RESTRICT... p) {
+  element_loop(op, begin, end, p...);
+}
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+template <class Op, class... Ts>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN void element_range_avx2(
+    const Op& op, std::size_t begin, std::size_t end, Ts* HONE_RESTRICT... p) {
+  element_loop(op, begin, end, p...);
+}
+#endif
+template <class Op, class... Ts>
+HONE_FORCEINLINE void element_range(const Op& op, std::size_t begin, std::size_t end, Ts*... p) {
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+  const isa t = active_isa();
+  if (t == isa::avx2 || t == isa::avx512) return element_range_avx2(op, begin, end, p...);
+#endif
+  element_range_base(op, begin, end, p...);
 }
 
 /// One chunk [begin, end) of arrays `p...`: the functor's vector form where it has one for these
@@ -211,8 +235,8 @@ R parallel_reduce_ranges(std::size_t n, std::size_t grain, R init, const Leaf& l
 inline constexpr std::size_t reduce_lanes = 16;
 
 template <class R, class Op, class Reduce, class... Ts>
-HONE_VECTORIZE_FUNCTION R reduce_range(const Op& op, const Reduce& reduce, R init,
-                                       std::size_t begin, std::size_t end, Ts* HONE_RESTRICT... p) {
+HONE_FORCEINLINE R reduce_loop(const Op& op, const Reduce& reduce, R init, std::size_t begin,
+                               std::size_t end, Ts* HONE_RESTRICT... p) {
   std::array<R, reduce_lanes> acc;
   acc.fill(init);
   std::size_t i = begin;
@@ -225,6 +249,68 @@ HONE_VECTORIZE_FUNCTION R reduce_range(const Op& op, const Reduce& reduce, R ini
   R r = acc[0];
   for (std::size_t l = 1; l < reduce_lanes; ++l) r = reduce(r, acc[l]);
   return r;
+}
+template <class R, class Op, class Reduce, class... Ts>
+HONE_VECTORIZE_FUNCTION R reduce_range_base(const Op& op, const Reduce& reduce, R init,
+                                            std::size_t begin, std::size_t end,
+                                            Ts* HONE_RESTRICT... p) {
+  return reduce_loop(op, reduce, init, begin, end, p...);
+}
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+template <class R, class Op, class Reduce, class... Ts>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN R
+reduce_range_avx2(const Op& op, const Reduce& reduce, R init, std::size_t begin, std::size_t end,
+                  Ts* HONE_RESTRICT... p) {
+  return reduce_loop(op, reduce, init, begin, end, p...);
+}
+#endif
+/// Runs f(), a call of a loop over integers or bytes, inside a function compiled for the target of
+/// hone::active_isa() (AVX2, or AVX-512 with BW) with the loop flattened into it and vectorized at
+/// any -O level. Only for code whose results cannot depend on the target (integer and byte work,
+/// such as the checkpoint byte transforms): float math goes through a functor's vector form or the
+/// element loops.
+template <class F>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_FLATTEN void run_integer_base(const F& f) {
+  f();
+}
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+template <class F>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN void run_integer_avx2(
+    const F& f) {
+  f();
+}
+#endif
+#if defined(HONE_DETAIL_HAS_AVX512) && defined(HONE_ISA_DISPATCH)
+template <class F>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN void run_integer_avx512(
+    const F& f) {
+  f();
+}
+#endif
+template <class F>
+void run_integer_kernel(const F& f) {
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+  const isa t = active_isa();
+#if defined(HONE_DETAIL_HAS_AVX512)
+  if (t == isa::avx512) return run_integer_avx512(f);
+#endif
+  if (t == isa::avx2 || t == isa::avx512) return run_integer_avx2(f);
+#endif
+  run_integer_base(f);
+}
+
+/// The reduction of op(p[i]...) over [begin, end) in reduce_lanes interleaved partial sums (the
+/// same order on every target, so the same bits).
+template <class R, class Op, class Reduce, class... Ts>
+HONE_FORCEINLINE R reduce_range(const Op& op, const Reduce& reduce, R init, std::size_t begin,
+                                std::size_t end, Ts*... p) {
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+  const isa t = active_isa();
+  if (t == isa::avx2 || t == isa::avx512) {
+    return reduce_range_avx2(op, reduce, init, begin, end, p...);
+  }
+#endif
+  return reduce_range_base(op, reduce, init, begin, end, p...);
 }
 }  // namespace detail
 

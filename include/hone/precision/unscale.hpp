@@ -64,9 +64,9 @@ inline constexpr std::size_t unscale_block = 256;
 /// products are computed by one vector loop into a buffer that the compiler must assume an empty
 /// asm statement rewrote, and added by a second vector loop.
 template <class G>
-HONE_VECTORIZE_FUNCTION double unscale_add_range(float factor, float* HONE_RESTRICT master,
-                                                 const G* HONE_RESTRICT g, std::size_t begin,
-                                                 std::size_t end) {
+HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT master,
+                                         const G* HONE_RESTRICT g, std::size_t begin,
+                                         std::size_t end) {
   std::array<double, reduce_lanes> acc{};
   alignas(64) float x[unscale_block];
   for (std::size_t i = begin; i < end; i += unscale_block) {
@@ -90,6 +90,32 @@ HONE_VECTORIZE_FUNCTION double unscale_add_range(float factor, float* HONE_RESTR
   double r = acc[0];
   for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
   return r;
+}
+template <class G>
+HONE_VECTORIZE_FUNCTION double unscale_add_range_base(float factor, float* HONE_RESTRICT master,
+                                                      const G* HONE_RESTRICT g, std::size_t begin,
+                                                      std::size_t end) {
+  return unscale_add_loop(factor, master, g, begin, end);
+}
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+// The same loop for AVX2 (no FMA: the bits of the SSE2 loop), chosen at run time (core/isa.hpp).
+template <class G>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN double
+unscale_add_range_avx2(float factor, float* HONE_RESTRICT master, const G* HONE_RESTRICT g,
+                       std::size_t begin, std::size_t end) {
+  return unscale_add_loop(factor, master, g, begin, end);
+}
+#endif
+template <class G>
+double unscale_add_range(float factor, float* master, const G* g, std::size_t begin,
+                         std::size_t end) {
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+  const isa t = active_isa();
+  if (t == isa::avx2 || t == isa::avx512) {
+    return unscale_add_range_avx2(factor, master, g, begin, end);
+  }
+#endif
+  return unscale_add_range_base(factor, master, g, begin, end);
 }
 }  // namespace detail
 
@@ -125,6 +151,12 @@ struct cast_to_working {
   HONE_HOST_DEVICE void operator()(W& working, const float& master) const {
     working = static_cast<W>(master);
   }
+  /// The vector form: the register is stored as W, rounded as static_cast<W> rounds (hone's
+  /// conversions; F16C and integer rounding on AVX2 and AVX-512).
+  template <class V>
+  HONE_HOST_DEVICE_FORCEINLINE void apply(V& working, const V& master) const {
+    working = master;
+  }
 };
 
 /// master = float(working): loading the master copy from the model's weights.
@@ -132,6 +164,11 @@ template <class W>
 struct load_master {
   HONE_HOST_DEVICE void operator()(float& master, const W& working) const {
     master = static_cast<float>(working);
+  }
+  /// The vector form: W widened exactly on load.
+  template <class V>
+  HONE_HOST_DEVICE_FORCEINLINE void apply(V& master, const V& working) const {
+    master = working;
   }
 };
 

@@ -62,13 +62,17 @@ void transpose_planes(std::span<const std::byte> in, std::size_t item, std::span
       if (n != 0) std::memcpy(dst, src, n);
       return;
     case 2:
-      return transpose_planes<ToPlanes, 2>(src, n, item, dst);
+      return hone::detail::run_integer_kernel(
+          [&] { transpose_planes<ToPlanes, 2>(src, n, item, dst); });
     case 4:
-      return transpose_planes<ToPlanes, 4>(src, n, item, dst);
+      return hone::detail::run_integer_kernel(
+          [&] { transpose_planes<ToPlanes, 4>(src, n, item, dst); });
     case 8:
-      return transpose_planes<ToPlanes, 8>(src, n, item, dst);
+      return hone::detail::run_integer_kernel(
+          [&] { transpose_planes<ToPlanes, 8>(src, n, item, dst); });
     default:
-      return transpose_planes<ToPlanes, 0>(src, n, item, dst);
+      return hone::detail::run_integer_kernel(
+          [&] { transpose_planes<ToPlanes, 0>(src, n, item, dst); });
   }
 }
 template <std::size_t Item>
@@ -109,7 +113,9 @@ template <std::size_t Item, bool Delta>
 void split_floats(const std::uint8_t* src, std::size_t n, std::uint8_t* dst) noexcept {
   if (n == 0) return;
   split_floats_range<Item, false>(src, 0, 1, n, dst);  // element 0: its delta is from 0
-  split_floats_range<Item, Delta>(src, 1, n, n, dst);
+  // The bulk on the CPU's best target (hone::detail::run_integer_kernel: byte work, the same
+  // bytes on every target).
+  hone::detail::run_integer_kernel([&] { split_floats_range<Item, Delta>(src, 1, n, n, dst); });
 }
 template <std::size_t Item, bool Delta>
 HONE_VECTORIZE_FUNCTION void unsplit_floats(const std::uint8_t* HONE_RESTRICT src, std::size_t n,

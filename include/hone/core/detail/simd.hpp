@@ -6,7 +6,7 @@
 // `template <class V> void apply(V&...) const` written with + - * / and `V(x)` (broadcast) on a
 // value type V: float, or `detail::vfloat_t<T>`, a register of floats of target T. hone::for_each
 // (core/parallel.hpp, core/multi_tensor.hpp) calls that form on whole registers whenever a functor
-// offers it and every array holds float (inputs may also be bfloat16 or half, widened on load): the
+// offers it and every array holds float, bfloat16 or half (widened on load, rounded on store): the
 // loop then needs no auto-vectorizer (g++ 12 at -O2 vectorizes nothing with its very-cheap cost
 // model, and never a loop whose std::sqrt may set errno), so the user's flags do not decide whether
 // it runs at vector speed. Every element takes the vector path, the last partial vector through a
@@ -51,11 +51,14 @@
 // The target attributes of the x86 register types (empty where the compiler has none: MSVC).
 #if defined(HONE_ISA_X86) && defined(__GNUC__)
 #define HONE_DETAIL_TARGET_AVX2 __attribute__((target("avx,avx2,fma,f16c")))
+// The element loops' AVX2 target: no FMA, so the auto-vectorizer cannot fuse a product into an add.
+#define HONE_DETAIL_TARGET_AVX2_NOFMA __attribute__((target("avx,avx2,f16c")))
 #define HONE_DETAIL_TARGET_AVX512 \
   __attribute__((target("avx,avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define HONE_DETAIL_FLATTEN __attribute__((flatten))
 #else
 #define HONE_DETAIL_TARGET_AVX2
+#define HONE_DETAIL_TARGET_AVX2_NOFMA
 #define HONE_DETAIL_TARGET_AVX512
 #define HONE_DETAIL_FLATTEN
 #endif
@@ -99,7 +102,7 @@ namespace detail {
 
 /// A register of floats of target T with the arithmetic a functor's vector form uses.
 /// `vfloat_t<T>(x)` broadcasts; load() widens float, bfloat16 and half arrays; store() writes
-/// floats.
+/// float, and bfloat16 and half rounded to nearest even (hone's conversions, bit for bit).
 template <isa T>
 struct vfloat_t;
 
@@ -107,6 +110,13 @@ struct vfloat_t;
 template <std::size_t N>
 inline void widen_half(const half* p, float* out) noexcept {
   for (std::size_t j = 0; j < N; ++j) out[j] = to_float(p[j]);
+}
+
+/// float -> fp16 or bf16 one element at a time (hone's rounding: to nearest, ties to even; NaN
+/// kept quiet), for targets without a conversion instruction.
+template <std::size_t N, class S>
+inline void narrow(const float* in, S* p) noexcept {
+  for (std::size_t j = 0; j < N; ++j) p[j] = S(in[j]);
 }
 
 #if defined(HONE_ISA_X86)
@@ -123,6 +133,12 @@ struct vfloat_t<isa::sse2> {
     return vfloat_t(_mm_loadu_ps(p));
   }
   HONE_FORCEINLINE void store(float* p) const noexcept { _mm_storeu_ps(p, v); }
+  template <class S>
+  HONE_FORCEINLINE void store(S* p) const noexcept {
+    alignas(16) float tmp[size];
+    store(static_cast<float*>(tmp));
+    narrow<size>(tmp, p);
+  }
   HONE_FORCEINLINE static vfloat_t load(const bfloat16* p) noexcept {
     // A bfloat16 is the upper half of a float: interleaving zeros below each value widens it.
     const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
@@ -177,13 +193,42 @@ struct vfloat_t<isa::avx2> {
     return vfloat_t(_mm256_loadu_ps(p));
   }
   HONE_DETAIL_TARGET_AVX2 inline void store(float* p) const noexcept { _mm256_storeu_ps(p, v); }
+  HONE_DETAIL_TARGET_AVX2 inline void store(half* p) const noexcept {
+    // F16C, rounding to nearest even: hone's half(float), NaNs included (kept quiet, upper
+    // payload bits kept).
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  HONE_DETAIL_TARGET_AVX2 inline void store(bfloat16* p) const noexcept {
+    // hone's bfloat16(float): u + 0x7fff + ((u >> 16) & 1), the upper half; a NaN keeps its upper
+    // bits with the quiet bit set.
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+    // 32 -> 16 bits (every value < 2^16, so the saturating pack is exact), lanes in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
   HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const bfloat16* p) noexcept {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return vfloat_t(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16)));
   }
   HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const half* p) noexcept {
-    // F16C: exact, as to_float.
-    return vfloat_t(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    // F16C (exact), except that it makes a signalling NaN quiet where to_float keeps it: the quiet
+    // bit is cleared again for those lanes, so the bits are to_float's.
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m256i w = _mm256_cvtepu16_epi32(raw);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fff)),
+                                           _mm256_set1_epi32(0x7c00));
+    const __m256i quiet =
+        _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
+    const __m256i fix =
+        _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x400000));
+    return vfloat_t(
+        _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(_mm256_cvtph_ps(raw)), fix)));
   }
   friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
     return vfloat_t(_mm256_add_ps(a.v, b.v));
@@ -230,14 +275,40 @@ struct vfloat_t<isa::avx512> {
     return vfloat_t(_mm512_loadu_ps(p));
   }
   HONE_DETAIL_TARGET_AVX512 inline void store(float* p) const noexcept { _mm512_storeu_ps(p, v); }
+  HONE_DETAIL_TARGET_AVX512 inline void store(half* p) const noexcept {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_maskz_cvtps_ph(all, v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  HONE_DETAIL_TARGET_AVX512 inline void store(bfloat16* p) const noexcept {
+    // As the AVX2 form (vcvtneps2bf16 flushes subnormals, hone's conversion does not).
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i odd =
+        _mm512_maskz_and_epi32(all, _mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_maskz_srli_epi32(
+        all,
+        _mm512_maskz_add_epi32(all, _mm512_maskz_add_epi32(all, u, _mm512_set1_epi32(0x7fff)), odd),
+        16);
+    const __m512i quiet =
+        _mm512_maskz_or_epi32(all, _mm512_maskz_srli_epi32(all, u, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(all, r));
+  }
   HONE_DETAIL_TARGET_AVX512 inline static vfloat_t load(const bfloat16* p) noexcept {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return vfloat_t(_mm512_castsi512_ps(
         _mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, raw), 16)));
   }
   HONE_DETAIL_TARGET_AVX512 inline static vfloat_t load(const half* p) noexcept {
+    // As the AVX2 form: exact, signalling NaNs kept signalling.
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return vfloat_t(_mm512_maskz_cvtph_ps(all, raw));
+    const __m512i w = _mm512_maskz_cvtepu16_epi32(all, raw);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+        _mm512_maskz_and_epi32(all, w, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00));
+    const __mmask16 quiet = _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x200));
+    const __m512i f = _mm512_castps_si512(_mm512_maskz_cvtph_ps(all, raw));
+    return vfloat_t(_mm512_castsi512_ps(_mm512_mask_xor_epi32(
+        f, static_cast<__mmask16>(nan & ~quiet), f, _mm512_set1_epi32(0x400000))));
   }
   friend HONE_DETAIL_TARGET_AVX512 inline vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
     return vfloat_t(_mm512_add_ps(a.v, b.v));
@@ -277,6 +348,12 @@ struct vfloat_t<isa::neon> {
   HONE_FORCEINLINE explicit vfloat_t(float x) noexcept : v(vdupq_n_f32(x)) {}
   HONE_FORCEINLINE static vfloat_t load(const float* p) noexcept { return vfloat_t(vld1q_f32(p)); }
   HONE_FORCEINLINE void store(float* p) const noexcept { vst1q_f32(p, v); }
+  template <class S>
+  HONE_FORCEINLINE void store(S* p) const noexcept {
+    alignas(16) float tmp[size];
+    store(static_cast<float*>(tmp));
+    narrow<size>(tmp, p);
+  }
   HONE_FORCEINLINE static vfloat_t load(const bfloat16* p) noexcept {
     const uint16x4_t raw = vld1_u16(reinterpret_cast<const std::uint16_t*>(p));
     return vfloat_t(vreinterpretq_f32_u32(vshll_n_u16(raw, 16)));
@@ -324,13 +401,7 @@ using vfloat = vfloat_t<compiled_isa()>;
 #if HONE_SIMD
 template <class V, class T>
 HONE_FORCEINLINE void store_if_output(T* p, const V& v) noexcept {
-  if constexpr (!std::is_const_v<T>) {
-    static_assert(std::is_same_v<T, float>,
-                  "hone: a functor's vector form (apply) writes float arrays only; make every "
-                  "array it writes float, or give the functor no apply so it runs element by "
-                  "element");
-    v.store(p);
-  }
+  if constexpr (!std::is_const_v<T>) v.store(p);
 }
 
 /// A vector's worth (of the widest target) of elements of type T (zeros beyond the tail), for the
@@ -343,8 +414,8 @@ struct tail_buffer {
 template <class V, class T>
 HONE_FORCEINLINE void store_tail(T* p, const V& r, std::size_t n) noexcept {
   if constexpr (!std::is_const_v<T>) {
-    alignas(64) float tmp[16];
-    r.store(tmp);
+    alignas(64) T tmp[16];
+    r.store(static_cast<T*>(tmp));
     for (std::size_t j = 0; j < n; ++j) p[j] = tmp[j];
   }
 }
@@ -466,14 +537,12 @@ HONE_FORCEINLINE void simd_apply_range(const Op& op_in, std::size_t begin, std::
 }
 
 #if HONE_SIMD
-/// Whether T is an element type the vector form can load (float, bfloat16, half) and, when T is
-/// not const, store back (float only).
+/// Whether T is an element type the vector form can load and store: float, bfloat16 and half
+/// (widened exactly on load, rounded to nearest even on store, as hone's conversions).
 template <class T>
-inline constexpr bool simd_element = std::is_const_v<T>
-                                         ? (std::is_same_v<std::remove_const_t<T>, float> ||
-                                            std::is_same_v<std::remove_const_t<T>, bfloat16> ||
-                                            std::is_same_v<std::remove_const_t<T>, half>)
-                                         : std::is_same_v<T, float>;
+inline constexpr bool simd_element = std::is_same_v<std::remove_const_t<T>, float> ||
+                                     std::is_same_v<std::remove_const_t<T>, bfloat16> ||
+                                     std::is_same_v<std::remove_const_t<T>, half>;
 
 template <class T>
 using simd_register_for = vfloat;
