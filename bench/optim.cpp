@@ -18,6 +18,9 @@
 //   full_step_64M            the whole optimizer step of an fp16 run: one read pass over the
 //                            grads for the global norm and the inf check (clip_grad_norm), then
 //                            AdamW with grad_scale = unscale * clip coefficient                 32
+//   full_step_fp16grad_64M   the same with fp16 gradients (a norm pass reading 2 bytes, AdamW
+//                            reading 2-byte gradients); the torch peer runs its fp32-gradient
+//                            sequence (AMP keeps fp32 gradients)                               28
 //   trainer_overhead         hone::trainer (fp32, AdamW, clip_grad_norm) over a 16 Mi model
 //                            whose forward_backward copies precomputed gradients ("hone"),
 //                            and the same library calls written by hand ("hand")               44
@@ -81,8 +84,9 @@ struct mixed_arrays {
 // narrow ones zero-extended) is OR-ed into the value every output stores, one OR per word.
 template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
           std::size_t WWO>
-[[gnu::noinline]] void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a,
-                                   std::uint32_t mask, std::size_t begin, std::size_t end) {
+inline __attribute__((always_inline)) void mixed_body(
+    const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a, std::uint32_t mask, std::size_t begin,
+    std::size_t end) {
   const auto nro = a.nro;
   const auto nrw = a.nrw;
   const auto wro = a.wro;
@@ -96,13 +100,16 @@ template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::
   for (std::size_t i = begin; i < end; ++i) {
     std::uint32_t r = mask;
     if constexpr (NRO > 0) {
+      HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < NRO; ++k) r |= nro[k][i];
     }
     if constexpr (WRO > 0) {
+      HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < WRO; ++k) r |= wro[k][i];
     }
     std::uint32_t all = r;
     if constexpr (NRW > 0) {
+      HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < NRW; ++k) {
         const Narrow v = nrw[k][i];
         all |= v;
@@ -110,6 +117,7 @@ template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::
       }
     }
     if constexpr (WRW > 0) {
+      HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < WRW; ++k) {
         const std::uint32_t v = wrw[k][i];
         all |= v;
@@ -117,9 +125,20 @@ template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::
       }
     }
     if constexpr (WWO > 0) {
+      HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < WWO; ++k) wwo[k][i] = all;
     }
   }
+}
+
+/// mixed_body compiled for the best target of this CPU (limit.hpp's run_best).
+template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
+          std::size_t WWO>
+void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a, std::uint32_t mask,
+                 std::size_t begin, std::size_t end) {
+  hone_bench::detail::run_best([&]() __attribute__((always_inline)) {
+    mixed_body(a, mask, begin, end);
+  });
 }
 
 /// hone_bench::stream_limit with two element widths, for workloads whose arrays differ in size
@@ -222,30 +241,36 @@ class mixed_limit {
   inline static volatile std::uint32_t mask_ = 0;
 };
 
-[[gnu::noinline]] std::uint32_t or_range(const std::uint32_t* p, std::size_t begin,
-                                         std::size_t end) {
-  std::uint32_t acc = 0;
-  for (std::size_t i = begin; i < end; ++i) acc |= p[i];
-  return acc;
+template <class W>
+std::uint32_t or_range(const W* p, std::size_t begin, std::size_t end) {
+  std::uint32_t out = 0;
+  hone_bench::detail::run_best([&]() __attribute__((always_inline)) {
+    W acc = 0;
+    for (std::size_t i = begin; i < end; ++i) acc |= p[i];
+    out = acc;
+  });
+  return out;
 }
 
-/// The limit of a pass that only reads (a norm, an inf check): n 4-byte words OR-reduced over
-/// oneTBB threads, the result stored to a volatile, so no load can be dropped.
-class read_limit {
+/// The limit of a pass that only reads (a norm, an inf check): n words of W (4 bytes, or 2 for
+/// fp16 gradients) OR-reduced over oneTBB threads, the result stored to a volatile, so no load can
+/// be dropped.
+template <class W>
+class basic_read_limit {
  public:
-  explicit read_limit(std::size_t n, hone_bench::limit_tuning tuning = {})
+  explicit basic_read_limit(std::size_t n, hone_bench::limit_tuning tuning = {})
       : n_(n), tuning_(tuning), storage_(n) {
-    std::uint32_t* p = storage_.data();
+    W* p = storage_.data();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, tuning_.grain),
                       [p](const tbb::blocked_range<std::size_t>& r) {
                         for (std::size_t i = r.begin(); i != r.end(); ++i)
-                          p[i] = static_cast<std::uint32_t>(i * 2654435761u);
+                          p[i] = static_cast<W>(i * 2654435761u);
                       });
     run();
   }
 
   void run() {
-    const std::uint32_t* p = storage_.data();
+    const W* p = storage_.data();
     sink_ = tbb::parallel_reduce(
         tbb::blocked_range<std::size_t>(0, n_, tuning_.grain), std::uint32_t{0},
         [p](const tbb::blocked_range<std::size_t>& r, std::uint32_t acc) {
@@ -254,14 +279,15 @@ class read_limit {
         std::bit_or<std::uint32_t>{});
   }
 
-  [[nodiscard]] std::size_t bytes_per_pass() const noexcept { return n_ * 4; }
+  [[nodiscard]] std::size_t bytes_per_pass() const noexcept { return n_ * sizeof(W); }
 
  private:
   std::size_t n_;
   hone_bench::limit_tuning tuning_;
-  hone::buffer<std::uint32_t> storage_;
+  hone::buffer<W> storage_;
   inline static volatile std::uint32_t sink_ = 0;
 };
+using read_limit = basic_read_limit<std::uint32_t>;
 
 // ---- data -------------------------------------------------------------------------------------
 
@@ -488,6 +514,42 @@ void full_step_hone(benchmark::State& state) {
   });
 }
 
+/// fp16 gradients at the offsets of the fp32 layout and an AdamW state of their own: the full
+/// step reading 2-byte gradients twice (the norm pass, then AdamW).
+struct fp16_grads {
+  hone::buffer<hone::half> grad;
+  hone::optimizer_state_t<hone::adamw> adamw;
+  std::uint64_t steps = 0;
+  explicit fp16_grads(model_data& d) : grad(d.layout.total()), adamw(d.policy, d.layout) {
+    fill(grad.data(), grad.size(), 0.25f);
+  }
+};
+
+void full_step_fp16grad_hone(benchmark::State& state) {
+  auto& d = data(hone_bench::optim_64M);
+  static fp16_grads h(d);
+  const hone::clip_grad_norm clip{.max_norm = full_step_max_norm};
+  std::uint64_t k = 0;
+  run_timed(state, d.params * 28, [&] {
+    const float unscale = 1.0f / loss_scale_of(++k);
+    const hone::clip_result r = clip.clip(h.grad.data(), h.grad.size(), unscale);
+    if (!r.nonfinite) {
+      h.adamw.step(d.policy, {.step = ++h.steps, .lr = lr, .grad_scale = unscale * r.coefficient},
+                   d.p(), h.grad.data());
+    }
+  });
+}
+
+/// Its limit: a read-only pass over 2-byte gradients, then the bf16-gradient AdamW limit (2 bytes
+/// read, p m v read and written).
+std::size_t full_step_fp16grad_limit(hone_bench::stream_kernel kernel) {
+  static basic_read_limit<std::uint16_t> norm_pass(data(hone_bench::optim_64M).params);
+  auto& update = limit_of<mixed_limit<std::uint16_t, 1, 0, 0, 3>, hone_bench::optim_64M>();
+  norm_pass.run();
+  update.run(kernel);
+  return norm_pass.bytes_per_pass() + update.bytes_per_pass();
+}
+
 /// One pass of the full step's limit: a read-only pass over the gradients, then limit<4, 3>
 /// with the given kernel.
 std::size_t full_step_limit(hone_bench::stream_kernel kernel) {
@@ -710,6 +772,9 @@ bool register_benchmarks() {
   add_limit_rows<adamw8_limit, optim_64M>("adamw8bit_64M", adamw8_limit::kernels());
   add("full_step_64M", "hone", full_step_hone);
   hone_bench::add_limits("full_step_64M", full_step_limit);
+  add("full_step_fp16grad_64M", "hone", full_step_fp16grad_hone);
+  hone_bench::add_limits("full_step_fp16grad_64M", full_step_fp16grad_limit,
+                         mixed_limit<std::uint16_t, 1, 0, 0, 3>::kernels());
   add("trainer_overhead", "hone", trainer_overhead_hone);
   add("trainer_overhead", "hand", trainer_overhead_hand);
   hone_bench::add_limits("trainer_overhead", trainer_overhead_limit);
@@ -723,7 +788,7 @@ std::vector<hone_bench::workload_mix> mixes() {
   m.push_back({"adamw_fp32_16M", sizes_of(hone_bench::optim_16M)});
   for (const char* w :
        {"adamw_fp32_64M", "adamw_bf16grad_64M", "unscale_check_64M", "unscale_check_fp16_64M",
-        "sgd_momentum_64M", "adamw8bit_64M", "full_step_64M"}) {
+        "sgd_momentum_64M", "adamw8bit_64M", "full_step_64M", "full_step_fp16grad_64M"}) {
     m.push_back({w, sizes_of(hone_bench::optim_64M)});
   }
   m.push_back({"trainer_overhead", sizes_of(trainer_total)});

@@ -51,6 +51,9 @@ WORKLOADS = {
     "sgd_momentum_64M": (20, "SGD(momentum=0.9, fused=True).step()"),
     "full_step_64M": (32, "scaler.unscale_(opt); clip_grad_norm_(params, max_norm); "
                           "scaler.step(opt) (AdamW fused=True); scaler.update()"),
+    # hone's row reads fp16 gradients; torch's AMP keeps fp32 .grad, so its sequence is
+    # full_step_64M's (the bytes are hone's count, so the GB/s ratio is the time ratio).
+    "full_step_fp16grad_64M": (28, "the full_step_64M sequence (AMP keeps fp32 gradients)"),
 }
 # The workloads bench_optim_gpu (bench/optim_gpu.cu) also runs, as <workload>_cuda.
 CUDA_WORKLOADS = ("adamw_fp32_1M", "adamw_fp32_16M", "adamw_fp32_64M", "sgd_momentum_64M",
@@ -104,7 +107,7 @@ def workload_fn(torch, w: str, sizes: list[int], dev):
     if w == "sgd_momentum_64M":
         opt = torch.optim.SGD(params, lr=LR, momentum=0.9, fused=True)
         return opt.step, (params, opt)
-    if w == "full_step_64M":
+    if w in ("full_step_64M", "full_step_fp16grad_64M"):
         opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
         scaler = torch.amp.GradScaler(dev.type, init_scale=2.0)
         scaler.scale(torch.ones((), device=dev))  # creates the scale (the loss's .backward() would)

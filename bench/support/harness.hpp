@@ -96,10 +96,22 @@ benchmark::internal::Benchmark* register_named(const std::string& name, Fn fn) {
   return benchmark::RegisterBenchmark(name.c_str(), std::move(fn));
 }
 
+/// The suffix of every implementation name this program registers: the environment variable
+/// HONE_BENCH_IMPL_SUFFIX (e.g. "_O2"), so that two builds of one program (a generic -O2 build
+/// next to the -march=native one) run in one bench/driver.py session as distinct rows ("hone_O2"
+/// beside "hone"; "limit_O2" is still a limit row).
+inline const std::string& impl_suffix() {
+  static const std::string suffix = [] {
+    const char* s = std::getenv("HONE_BENCH_IMPL_SUFFIX");
+    return std::string(s != nullptr ? s : "");
+  }();
+  return suffix;
+}
+
 /// Registers `fn` as "<workload>/<impl>", timed in wall-clock time and reported in milliseconds.
 template <class Fn>
 benchmark::internal::Benchmark* add(const std::string& workload, const std::string& impl, Fn fn) {
-  return register_named(workload + "/" + impl, std::move(fn))
+  return register_named(workload + "/" + impl + impl_suffix(), std::move(fn))
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }

@@ -437,6 +437,14 @@ BOOST_AUTO_TEST_CASE(unscale_norms_and_element_loops_give_the_same_bits_on_every
       lists.add(n, master.data(), g.data());
       r.sums.push_back(hone::unscale_accumulate_into(lists, 0.125f, true));
       r.sums.push_back(hone::unscale_accumulate_into(lists, 0.25f, false));
+      // The first micro-batch's blocked loop gives the bits of the element functor's reduction.
+      std::vector<float> master2(n, 0.5f);
+      hone::tensor_lists<float, const G> lists2;
+      lists2.add(n, master2.data(), g.data());
+      const double by_functor = hone::transform_reduce(
+          lists2, 0.0, hone::unscale_accumulate<G, false>{0.25f}, hone::plus{});
+      BOOST_TEST(bits_of(by_functor) == bits_of(r.sums.back()));
+      BOOST_TEST(std::memcmp(master2.data(), master.data(), n * sizeof(float)) == 0);
       r.sums.push_back(hone::transform_reduce(n, 0.0, hone::detail::square_to_double{},
                                               hone::plus{}, hone::host_tuning{}, g.data()));
       r.masters.insert(r.masters.end(), master.begin(), master.end());

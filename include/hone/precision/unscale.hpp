@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 #include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
@@ -54,16 +55,41 @@ namespace detail {
 /// Elements per block of the host accumulate loop: its products wait in a stack buffer (1 KiB).
 inline constexpr std::size_t unscale_block = 256;
 
-/// master[i] += factor * g[i] over [begin, end), each product rounded before the add, and the sum
-/// of squares of the new master values (reduce_lanes partial sums, as reduce_range).
+#if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
+/// fp16 -> float for n elements with F16C, bit for bit to_float (a signalling NaN's quiet bit,
+/// which the instruction sets, is cleared again): what the AVX2 unscale loop widens a block with.
+HONE_DETAIL_TARGET_AVX2_NOFMA inline void widen_half_f16c(const half* p, std::size_t n,
+                                                          float* out) noexcept {
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
+    const __m256i w = _mm256_cvtepu16_epi32(raw);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fff)),
+                                           _mm256_set1_epi32(0x7c00));
+    const __m256i quiet =
+        _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
+    const __m256i fix =
+        _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x400000));
+    _mm256_storeu_ps(out + j, _mm256_castsi256_ps(_mm256_xor_si256(
+                                  _mm256_castps_si256(_mm256_cvtph_ps(raw)), fix)));
+  }
+  for (; j < n; ++j) out[j] = to_float(p[j]);
+}
+#endif
+
+/// master[i] (+)= factor * g[i] over [begin, end) (Accumulate: added to the master gradient, else
+/// stored), each product rounded before the add, and the sum of squares of the new master values
+/// (reduce_lanes partial sums, as reduce_range: the bits of transform_reduce with
+/// unscale_accumulate<G, false> for the first micro-batch).
 ///
 /// g++ fuses `master + factor * g` into one FMA under FMA flags (-march=native) even when the
 /// product is a separate statement, which changes the master gradients' bits against builds
 /// without FMA and against the device (__fmul_rn then __fadd_rn). An empty asm on each product
 /// would stop that but also the vectorizer (an fp16 accumulate ran 8x slower), so a block's
 /// products are computed by one vector loop into a buffer that the compiler must assume an empty
-/// asm statement rewrote, and added by a second vector loop.
-template <class G>
+/// asm statement rewrote, and added by a second vector loop. With Widen, a block of fp16 gradients
+/// is first widened by widen_half_f16c (one instruction per 8; the integer conversion otherwise).
+template <class G, bool Accumulate, bool Widen = false>
 HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT master,
                                          const G* HONE_RESTRICT g, std::size_t begin,
                                          std::size_t end) {
@@ -71,18 +97,24 @@ HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT mast
   alignas(64) float x[unscale_block];
   for (std::size_t i = begin; i < end; i += unscale_block) {
     const std::size_t len = end - i < unscale_block ? end - i : unscale_block;
-    for (std::size_t k = 0; k < len; ++k) x[k] = factor * static_cast<float>(g[i + k]);
+    if constexpr (Widen) {
+      widen_half_f16c(g + i, len, x);
+      for (std::size_t k = 0; k < len; ++k) x[k] = factor * x[k];
+    } else {
+      for (std::size_t k = 0; k < len; ++k) x[k] = factor * static_cast<float>(g[i + k]);
+    }
     HONE_DETAIL_OPAQUE_MEMORY(x);
     std::size_t k = 0;
     for (; k + reduce_lanes <= len; k += reduce_lanes) {
+      HONE_PRAGMA_UNROLL_LANES
       for (std::size_t l = 0; l < reduce_lanes; ++l) {
-        const float m = master[i + k + l] + x[k + l];
+        const float m = Accumulate ? master[i + k + l] + x[k + l] : x[k + l];
         master[i + k + l] = m;
         acc[l] += static_cast<double>(m) * static_cast<double>(m);
       }
     }
     for (std::size_t l = 0; k < len; ++k, ++l) {
-      const float m = master[i + k] + x[k];
+      const float m = Accumulate ? master[i + k] + x[k] : x[k];
       master[i + k] = m;
       acc[l] += static_cast<double>(m) * static_cast<double>(m);
     }
@@ -91,31 +123,47 @@ HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT mast
   for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
   return r;
 }
-template <class G>
+template <class G, bool Accumulate>
 HONE_VECTORIZE_FUNCTION double unscale_add_range_base(float factor, float* HONE_RESTRICT master,
                                                       const G* HONE_RESTRICT g, std::size_t begin,
                                                       std::size_t end) {
-  return unscale_add_loop(factor, master, g, begin, end);
+  return unscale_add_loop<G, Accumulate>(factor, master, g, begin, end);
 }
 #if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
-// The same loop for AVX2 (no FMA: the bits of the SSE2 loop), chosen at run time (core/isa.hpp).
-template <class G>
+// The same loop for AVX2 (no FMA: the bits of the SSE2 loop), chosen at run time (core/isa.hpp);
+// fp16 gradients widened with F16C.
+template <class G, bool Accumulate>
 HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN double
 unscale_add_range_avx2(float factor, float* HONE_RESTRICT master, const G* HONE_RESTRICT g,
                        std::size_t begin, std::size_t end) {
-  return unscale_add_loop(factor, master, g, begin, end);
+  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>>(factor, master, g, begin, end);
 }
 #endif
-template <class G>
+#if defined(HONE_DETAIL_HAS_AVX512) && defined(HONE_ISA_DISPATCH)
+// And for AVX-512: this loop may use the FMA AVX-512 brings, because no product in it can fuse
+// (the products pass through HONE_DETAIL_OPAQUE_MEMORY; a square of a float is exact in double, so
+// a fused square-and-add rounds as the separate ones do).
+template <class G, bool Accumulate>
+HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN double
+unscale_add_range_avx512(float factor, float* HONE_RESTRICT master, const G* HONE_RESTRICT g,
+                         std::size_t begin, std::size_t end) {
+  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>>(factor, master, g, begin, end);
+}
+#endif
+template <class G, bool Accumulate>
 double unscale_add_range(float factor, float* master, const G* g, std::size_t begin,
                          std::size_t end) {
 #if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
   const isa t = active_isa();
+#if defined(HONE_DETAIL_HAS_AVX512)
+  if (t == isa::avx512)
+    return unscale_add_range_avx512<G, Accumulate>(factor, master, g, begin, end);
+#endif
   if (t == isa::avx2 || t == isa::avx512) {
-    return unscale_add_range_avx2(factor, master, g, begin, end);
+    return unscale_add_range_avx2<G, Accumulate>(factor, master, g, begin, end);
   }
 #endif
-  return unscale_add_range_base(factor, master, g, begin, end);
+  return unscale_add_range_base<G, Accumulate>(factor, master, g, begin, end);
 }
 }  // namespace detail
 
@@ -126,10 +174,6 @@ double unscale_add_range(float factor, float* master, const G* g, std::size_t be
 template <class G>
 double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float factor,
                                bool accumulate, host_tuning tuning = {}) {
-  if (!accumulate) {
-    // master = factor * g: no add to fuse into (the square of a float is exact in double).
-    return transform_reduce(lists, 0.0, unscale_accumulate<G, false>{factor}, plus{}, tuning);
-  }
   if (lists.empty()) return 0.0;
   const auto chunks = detail::make_chunks(lists, tuning.grain);
   return detail::parallel_reduce_ranges(
@@ -137,8 +181,12 @@ double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float 
       [&](std::size_t begin, std::size_t end, double acc) {
         for (std::size_t c = begin; c != end; ++c) {
           const auto& ch = chunks[c];
-          acc += detail::unscale_add_range(factor, lists.template pointer<0>(ch.tensor),
-                                           lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
+          acc += accumulate ? detail::unscale_add_range<G, true>(
+                                  factor, lists.template pointer<0>(ch.tensor),
+                                  lists.template pointer<1>(ch.tensor), ch.begin, ch.end)
+                            : detail::unscale_add_range<G, false>(
+                                  factor, lists.template pointer<0>(ch.tensor),
+                                  lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
         }
         return acc;
       },
