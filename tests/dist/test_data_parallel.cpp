@@ -20,6 +20,7 @@
 
 #include "dp_model.hpp"
 #include "dp_scenario.hpp"
+#include "flaky_comm.hpp"
 #include "thread_comm.hpp"
 
 namespace hd = hone::dist;
@@ -36,53 +37,7 @@ std::vector<std::uint16_t> bits_of(const std::vector<T>& v) {
 /// Small buckets: first 8 floats, then 16.
 constexpr hone::data_parallel_options small_buckets = scenario_buckets;
 
-/// A one-rank communicator whose n-th started collective (counting from 1) fails at its first
-/// wait(), like a timed-out MPI request: the request stays pending and the next wait() succeeds.
-struct flaky_comm {
-  struct request {
-    bool fail = false;
-    int number = 0;
-    void wait() {
-      if (fail) {
-        fail = false;
-        throw hone::dist_error("flaky_comm: collective #" + std::to_string(number) +
-                               " did not complete on rank 0 of 1");
-      }
-    }
-    [[nodiscard]] bool test() const noexcept { return !fail; }
-  };
-  hd::local_comm local;
-  int started = 0;
-  int fail_at = 0;
-  [[nodiscard]] int rank() const { return 0; }
-  [[nodiscard]] int size() const { return 1; }
-  request next() {
-    ++started;
-    return {started == fail_at, started};
-  }
-  template <class T>
-  [[nodiscard]] request all_reduce(std::span<T> d, hd::reduce_op op) {
-    local.all_reduce(d, op).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request reduce_scatter(std::span<const T> in, std::span<T> out, hd::reduce_op op) {
-    local.reduce_scatter(in, out, op).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request all_gather(std::span<const T> in, std::span<T> out) {
-    local.all_gather(in, out).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request broadcast(std::span<T> d, int root) {
-    local.broadcast(d, root).wait();
-    return next();
-  }
-  [[nodiscard]] request barrier() { return next(); }
-};
-static_assert(hd::communicator<flaky_comm>);
+using dist_test::flaky_comm;
 
 }  // namespace
 
@@ -394,8 +349,7 @@ BOOST_AUTO_TEST_CASE(weight_by_count_refuses_a_step_where_no_rank_has_a_sample) 
     (void)t.step(make_mlp_batch(4, 1));
     BOOST_FAIL("weight_by_count without accumulate::by_count must be refused");
   } catch (const hone::config_error& e) {
-    BOOST_TEST(std::string(e.what()).find("accumulate::by_count") != std::string::npos,
-               e.what());
+    BOOST_TEST(std::string(e.what()).find("accumulate::by_count") != std::string::npos, e.what());
   }
 }
 

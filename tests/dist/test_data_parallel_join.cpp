@@ -20,59 +20,14 @@
 
 #include "dp_model.hpp"
 #include "dp_scenario.hpp"
+#include "flaky_comm.hpp"
 #include "thread_comm.hpp"
 
 namespace hd = hone::dist;
 
 namespace {
 
-/// A one-rank communicator whose n-th started collective (counting from 1) fails at its first
-/// wait(), like a timed-out MPI request: the request stays pending and the next wait() succeeds.
-struct flaky_comm {
-  struct request {
-    bool fail = false;
-    int number = 0;
-    void wait() {
-      if (fail) {
-        fail = false;
-        throw hone::dist_error("flaky_comm: collective #" + std::to_string(number) +
-                               " did not complete on rank 0 of 1");
-      }
-    }
-    [[nodiscard]] bool test() const noexcept { return !fail; }
-  };
-  hd::local_comm local;
-  int started = 0;
-  int fail_at = 0;
-  [[nodiscard]] int rank() const { return 0; }
-  [[nodiscard]] int size() const { return 1; }
-  request next() {
-    ++started;
-    return {started == fail_at, started};
-  }
-  template <class T>
-  [[nodiscard]] request all_reduce(std::span<T> d, hd::reduce_op op) {
-    local.all_reduce(d, op).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request reduce_scatter(std::span<const T> in, std::span<T> out, hd::reduce_op op) {
-    local.reduce_scatter(in, out, op).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request all_gather(std::span<const T> in, std::span<T> out) {
-    local.all_gather(in, out).wait();
-    return next();
-  }
-  template <class T>
-  [[nodiscard]] request broadcast(std::span<T> d, int root) {
-    local.broadcast(d, root).wait();
-    return next();
-  }
-  [[nodiscard]] request barrier() { return next(); }
-};
-static_assert(hd::communicator<flaky_comm>);
+using dist_test::flaky_comm;
 
 /// Rank r's gradients in the reduction tests: small integers, so that every sum is exact.
 std::vector<float> rank_gradients(int r, std::size_t n) {

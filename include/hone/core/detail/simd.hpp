@@ -448,48 +448,30 @@ HONE_FORCEINLINE void vector_range(const Op& op, std::size_t begin, std::size_t 
 template <isa T>
 struct target_loop;
 
+// One specialization per target; only the attribute differs (an attribute cannot depend on a
+// template argument).
+#define HONE_DETAIL_TARGET_LOOP(T, ATTR)                                                       \
+  template <>                                                                                  \
+  struct target_loop<isa::T> {                                                                 \
+    template <class Op, class Tuple, std::size_t... K>                                         \
+    ATTR HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin, std::size_t end, \
+                                             const Tuple& ptrs, std::index_sequence<K...> k) { \
+      vector_range<vfloat_t<isa::T>>(op, begin, end, ptrs, k);                                 \
+    }                                                                                          \
+  };
 #if defined(HONE_ISA_X86)
-template <>
-struct target_loop<isa::sse2> {
-  template <class Op, class Tuple, std::size_t... K>
-  HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin, std::size_t end,
-                                      const Tuple& ptrs, std::index_sequence<K...> k) {
-    vector_range<vfloat_t<isa::sse2>>(op, begin, end, ptrs, k);
-  }
-};
+HONE_DETAIL_TARGET_LOOP(sse2, )
 #endif
 #if defined(HONE_DETAIL_HAS_AVX2)
-template <>
-struct target_loop<isa::avx2> {
-  template <class Op, class Tuple, std::size_t... K>
-  HONE_DETAIL_TARGET_AVX2 HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin,
-                                                              std::size_t end, const Tuple& ptrs,
-                                                              std::index_sequence<K...> k) {
-    vector_range<vfloat_t<isa::avx2>>(op, begin, end, ptrs, k);
-  }
-};
+HONE_DETAIL_TARGET_LOOP(avx2, HONE_DETAIL_TARGET_AVX2)
 #endif
 #if defined(HONE_DETAIL_HAS_AVX512)
-template <>
-struct target_loop<isa::avx512> {
-  template <class Op, class Tuple, std::size_t... K>
-  HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin,
-                                                                std::size_t end, const Tuple& ptrs,
-                                                                std::index_sequence<K...> k) {
-    vector_range<vfloat_t<isa::avx512>>(op, begin, end, ptrs, k);
-  }
-};
+HONE_DETAIL_TARGET_LOOP(avx512, HONE_DETAIL_TARGET_AVX512)
 #endif
 #if defined(HONE_ISA_NEON)
-template <>
-struct target_loop<isa::neon> {
-  template <class Op, class Tuple, std::size_t... K>
-  HONE_DETAIL_FLATTEN static void run(const Op& op, std::size_t begin, std::size_t end,
-                                      const Tuple& ptrs, std::index_sequence<K...> k) {
-    vector_range<vfloat_t<isa::neon>>(op, begin, end, ptrs, k);
-  }
-};
+HONE_DETAIL_TARGET_LOOP(neon, )
 #endif
+#undef HONE_DETAIL_TARGET_LOOP
 #endif  // HONE_SIMD
 
 /// Runs the functor `op` over [begin, end) of the arrays in `ptrs` through its vector form
