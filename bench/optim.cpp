@@ -378,20 +378,21 @@ void add_limit_rows(const std::string& workload,
       std::move(kernels));
 }
 
-/// bf16 gradients at the offsets of the fp32 layout (the step indexes both by the same slot
-/// offsets) and an AdamW state of its own, on the 64 Mi master weights.
-struct bf16_grads {
-  hone::buffer<hone::bfloat16> grad;
+/// bf16 or fp16 gradients at the offsets of the fp32 layout (the step indexes both by the same slot
+/// offsets) and an AdamW state of their own, on the 64 Mi master weights.
+template <class G>
+struct narrow_grads {
+  hone::buffer<G> grad;
   hone::optimizer_state_t<hone::adamw> adamw;
   std::uint64_t steps = 0;
-  explicit bf16_grads(model_data& d) : grad(d.layout.total()), adamw(d.policy, d.layout) {
+  explicit narrow_grads(model_data& d) : grad(d.layout.total()), adamw(d.policy, d.layout) {
     fill(grad.data(), grad.size(), 0.25f);
   }
 };
 
 void adamw_bf16grad_hone(benchmark::State& state) {
   auto& d = data(hone_bench::optim_64M);
-  static bf16_grads b(d);
+  static narrow_grads<hone::bfloat16> b(d);
   run_timed(state, d.params * 26,
             [&] { b.adamw.step(d.policy, {.step = ++b.steps, .lr = lr}, d.p(), b.grad.data()); });
 }
@@ -514,20 +515,9 @@ void full_step_hone(benchmark::State& state) {
   });
 }
 
-/// fp16 gradients at the offsets of the fp32 layout and an AdamW state of their own: the full
-/// step reading 2-byte gradients twice (the norm pass, then AdamW).
-struct fp16_grads {
-  hone::buffer<hone::half> grad;
-  hone::optimizer_state_t<hone::adamw> adamw;
-  std::uint64_t steps = 0;
-  explicit fp16_grads(model_data& d) : grad(d.layout.total()), adamw(d.policy, d.layout) {
-    fill(grad.data(), grad.size(), 0.25f);
-  }
-};
-
 void full_step_fp16grad_hone(benchmark::State& state) {
   auto& d = data(hone_bench::optim_64M);
-  static fp16_grads h(d);
+  static narrow_grads<hone::half> h(d);  // the full step reading 2-byte gradients twice
   const hone::clip_grad_norm clip{.max_norm = full_step_max_norm};
   std::uint64_t k = 0;
   run_timed(state, d.params * 28, [&] {
