@@ -158,18 +158,7 @@ class student_mlp {
 
   /// As train_mlp::mlp: fc<l>.weight [in, out], fc<l>.bias [out].
   std::vector<hone::parameter<float>> parameters() {
-    std::vector<hone::parameter<float>> ps;
-    for (std::size_t l = 0; l < layers; ++l) {
-      ps.push_back({layout_[2 * l].name,
-                    {sizes_[l], sizes_[l + 1]},
-                    values_.view(2 * l),
-                    grads_.view(2 * l)});
-      ps.push_back({layout_[2 * l + 1].name,
-                    {sizes_[l + 1]},
-                    values_.view(2 * l + 1),
-                    grads_.view(2 * l + 1)});
-    }
-    return ps;
+    return train_mlp::mlp_parameters<float, hone::host_space>(layout_, sizes_, values_, grads_);
   }
 
   float forward_backward(const distill_batch& b, float loss_scale) {

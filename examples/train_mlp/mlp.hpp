@@ -123,18 +123,7 @@ class mlp {
 
   /// fc1.weight [inputs x hidden], fc1.bias [hidden], ... (y = x W + b).
   std::vector<hone::parameter<T>> parameters() {
-    std::vector<hone::parameter<T>> ps;
-    for (std::size_t l = 0; l < layers; ++l) {
-      ps.push_back({layout_[2 * l].name,
-                    {sizes_[l], sizes_[l + 1]},
-                    values_.view(2 * l),
-                    grads_.view(2 * l)});
-      ps.push_back({layout_[2 * l + 1].name,
-                    {sizes_[l + 1]},
-                    values_.view(2 * l + 1),
-                    grads_.view(2 * l + 1)});
-    }
-    return ps;
+    return mlp_parameters<T, hone::host_space>(layout_, sizes_, values_, grads_);
   }
 
   /// Mean cross-entropy over the batch; writes d(loss * loss_scale)/d(parameter) in T.

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <hone/core/arena.hpp>
+#include <hone/core/model.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,23 @@ inline hone::arena_layout mlp_layout(const layer_sizes& sizes, std::size_t eleme
     layout.add(name + ".bias", sizes[l + 1]);
   }
   return layout;
+}
+
+/// The trainer's view of an MLP's parameters, in layout order (fc<l>.weight [sizes[l] x
+/// sizes[l + 1]], fc<l>.bias [sizes[l + 1]]), over its value and gradient arenas: host or device
+/// memory (Space), T the element type.
+template <class T, class Space, class Arena>
+std::vector<hone::parameter<T, Space>> mlp_parameters(const hone::arena_layout& layout,
+                                                      const layer_sizes& sizes, Arena& values,
+                                                      Arena& grads) {
+  std::vector<hone::parameter<T, Space>> ps;
+  for (std::size_t l = 0; l < mlp_layers; ++l) {
+    ps.push_back(
+        {layout[2 * l].name, {sizes[l], sizes[l + 1]}, values.view(2 * l), grads.view(2 * l)});
+    ps.push_back(
+        {layout[2 * l + 1].name, {sizes[l + 1]}, values.view(2 * l + 1), grads.view(2 * l + 1)});
+  }
+  return ps;
 }
 
 /// The initial weights of fc1, fc2, fc3 (row-major [in x out]), drawn in that order from one

@@ -250,18 +250,7 @@ class mlp {
 
   /// fc1.weight [inputs x hidden], fc1.bias [hidden], ... in device memory (y = x W + b).
   std::vector<hone::parameter<T, hone::cuda_space>> parameters() {
-    std::vector<hone::parameter<T, hone::cuda_space>> ps;
-    for (std::size_t l = 0; l < layers; ++l) {
-      ps.push_back({layout_[2 * l].name,
-                    {sizes_[l], sizes_[l + 1]},
-                    values_.view(2 * l),
-                    grads_.view(2 * l)});
-      ps.push_back({layout_[2 * l + 1].name,
-                    {sizes_[l + 1]},
-                    values_.view(2 * l + 1),
-                    grads_.view(2 * l + 1)});
-    }
-    return ps;
+    return mlp_parameters<T, hone::cuda_space>(layout_, sizes_, values_, grads_);
   }
 
   /// The stream every kernel of the model and of the trainer runs on.
