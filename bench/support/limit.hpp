@@ -94,7 +94,16 @@ struct stream_arrays {
 // Unrolls a loop with a constant trip count completely, also at -O2 (where g++ unrolls only what
 // does not grow the code, and an inner loop over the arrays left rolled keeps the element loop
 // from vectorizing).
-#if defined(__GNUC__) && !defined(__clang__)
+// (An always-inlined lambda: what run_best runs; nvcc's front end takes no attribute there.)
+#if defined(__CUDACC__)
+#define HONE_BENCH_INLINE_LAMBDA
+#else
+#define HONE_BENCH_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+
+#if defined(__CUDACC__)
+#define HONE_BENCH_UNROLL  // nvcc's front end knows no GCC pragma; the .cu benches' limits
+#elif defined(__GNUC__) && !defined(__clang__)
 #define HONE_BENCH_UNROLL _Pragma("GCC unroll 16")
 #elif defined(__clang__)
 #define HONE_BENCH_UNROLL _Pragma("unroll")
@@ -144,7 +153,7 @@ inline __attribute__((always_inline)) void stream_body(const stream_arrays<U, RO
 // a loop, inside a function compiled for the best target of this CPU, so a generic -O2 build's
 // limit streams with the widest vectors the CPU has, as hone's own loops do, and stays a ceiling
 // in every build. Never inlined into the benchmark loop, so the mask stays opaque.
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define HONE_BENCH_VECTORIZE optimize("tree-vectorize", "vect-cost-model=dynamic"),
 #define HONE_BENCH_AVX512 "avx,avx2,avx512f,avx512bw,prefer-vector-width=512"
 #else
@@ -155,7 +164,7 @@ template <class F>
 __attribute__((HONE_BENCH_VECTORIZE noinline, flatten)) void run_base(const F& f) {
   f();
 }
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 template <class F>
 __attribute__((HONE_BENCH_VECTORIZE noinline, flatten, target("avx,avx2"))) void run_avx2(
     const F& f) {
@@ -169,7 +178,7 @@ __attribute__((HONE_BENCH_VECTORIZE noinline, flatten, target(HONE_BENCH_AVX512)
 #endif
 template <class F>
 void run_best(const F& f) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
   static const hone::isa best = hone::best_isa();
   if (best == hone::isa::avx512) return run_avx512(f);
   if (best == hone::isa::avx2) return run_avx2(f);
@@ -180,7 +189,7 @@ void run_best(const F& f) {
 template <class U, std::size_t RO, std::size_t RW, std::size_t WO>
 void stream_range(const stream_arrays<U, RO, RW, WO>& a, U mask, std::size_t begin,
                   std::size_t end) {
-  run_best([&]() __attribute__((always_inline)) { stream_body(a, mask, begin, end); });
+  run_best([&]() HONE_BENCH_INLINE_LAMBDA { stream_body(a, mask, begin, end); });
 }
 
 // 64 bytes as one value (GCC and clang vector extension; lowered to the widest vectors the target
