@@ -289,8 +289,7 @@ BOOST_AUTO_TEST_CASE(sgd_functors_over_separate_tensors_give_the_bits_of_the_are
 BOOST_AUTO_TEST_CASE(for_each_takes_the_vector_form_on_every_element_when_offered) {
   // Which form must have run: the vector form, unless there is none (no SIMD) or the scalar
   // target was chosen (HONE_ISA=scalar, hone::force_isa), which runs the element form.
-  const float expected_add =
-      HONE_SIMD && hone::active_isa() != hone::isa::scalar ? 1.0f : 2.0f;
+  const float expected_add = HONE_SIMD && hone::active_isa() != hone::isa::scalar ? 1.0f : 2.0f;
   std::mt19937 rng(5);
   std::vector<std::vector<float>> ys, xs;
   hone::tensor_lists<float, const float> lists;

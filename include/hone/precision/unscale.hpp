@@ -56,23 +56,12 @@ namespace detail {
 inline constexpr std::size_t unscale_block = 256;
 
 #if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
-/// fp16 -> float for n elements with F16C, bit for bit to_float (a signalling NaN's quiet bit,
-/// which the instruction sets, is cleared again): what the AVX2 unscale loop widens a block with.
+/// fp16 -> float for n elements with F16C, bit for bit to_float (core/detail/simd.hpp's
+/// half8_to_float): what the AVX2 and AVX-512 unscale loops widen a block with.
 HONE_DETAIL_TARGET_AVX2_NOFMA inline void widen_half_f16c(const half* p, std::size_t n,
                                                           float* out) noexcept {
   std::size_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j));
-    const __m256i w = _mm256_cvtepu16_epi32(raw);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fff)),
-                                           _mm256_set1_epi32(0x7c00));
-    const __m256i quiet =
-        _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
-    const __m256i fix =
-        _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x400000));
-    _mm256_storeu_ps(out + j, _mm256_castsi256_ps(_mm256_xor_si256(
-                                  _mm256_castps_si256(_mm256_cvtph_ps(raw)), fix)));
-  }
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(out + j, half8_to_float(p + j));
   for (; j < n; ++j) out[j] = to_float(p[j]);
 }
 #endif

@@ -175,6 +175,22 @@ HONE_FORCEINLINE vfloat_t<isa::sse2> optim_max(vfloat_t<isa::sse2> a,
 #endif
 
 #if defined(HONE_DETAIL_HAS_AVX2)
+/// Eight fp16 values widened with F16C, bit for bit to_float: the instruction makes a signalling
+/// NaN quiet where to_float keeps it, so the quiet bit is cleared again for those lanes. (The AVX2
+/// register's load and the unscale pass's block widening, precision/unscale.hpp; no FMA in the
+/// target, so it inlines into either.)
+HONE_DETAIL_TARGET_AVX2_NOFMA inline __m256 half8_to_float(const half* p) noexcept {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i w = _mm256_cvtepu16_epi32(raw);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
+  const __m256i quiet =
+      _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
+  const __m256i fix =
+      _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x400000));
+  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(_mm256_cvtph_ps(raw)), fix));
+}
+
 template <>
 struct vfloat_t<isa::avx2> {
   using native = __m256;
@@ -217,18 +233,7 @@ struct vfloat_t<isa::avx2> {
     return vfloat_t(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16)));
   }
   HONE_DETAIL_TARGET_AVX2 inline static vfloat_t load(const half* p) noexcept {
-    // F16C (exact), except that it makes a signalling NaN quiet where to_float keeps it: the quiet
-    // bit is cleared again for those lanes, so the bits are to_float's.
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m256i w = _mm256_cvtepu16_epi32(raw);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7fff)),
-                                           _mm256_set1_epi32(0x7c00));
-    const __m256i quiet =
-        _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x200)), _mm256_set1_epi32(0x200));
-    const __m256i fix =
-        _mm256_and_si256(_mm256_andnot_si256(quiet, nan), _mm256_set1_epi32(0x400000));
-    return vfloat_t(
-        _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(_mm256_cvtph_ps(raw)), fix)));
+    return vfloat_t(half8_to_float(p));
   }
   friend HONE_DETAIL_TARGET_AVX2 inline vfloat_t operator+(vfloat_t a, vfloat_t b) noexcept {
     return vfloat_t(_mm256_add_ps(a.v, b.v));
