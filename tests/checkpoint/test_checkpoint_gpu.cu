@@ -352,7 +352,9 @@ BOOST_AUTO_TEST_CASE(device_tensors_saved_async_equal_the_device_bytes) {
   BOOST_TEST(w.save(1, [&](ck::snapshot& s) {
     ck::device_snapshot d(s, stream);
     expected_copies = dt.record(d);
-    BOOST_TEST(d.pending() == 5u);
+    // pending() counts tensors: the arena's three slots, half, exported, ids and empty (the
+    // copies finish() issues are fewer: record's count).
+    BOOST_TEST(d.pending() == 7u);
     d.finish();
     BOOST_TEST(d.pending() == 0u);
     copies = d.last_copies();
@@ -437,7 +439,7 @@ BOOST_AUTO_TEST_CASE(bad_records_are_refused_before_copying) {
 
 BOOST_AUTO_TEST_CASE(fp32_adamw_zero_copy_resumes_bitwise) {
   check_resume<float>(4, 3, {}, hone::fp32{}, hone::adamw{.weight_decay = 0.1f},
-                      hone::constant_lr{.base_lr = 0.01});
+                      hone::accumulate::steps<2>{}, hone::constant_lr{.base_lr = 0.01});
 }
 
 BOOST_AUTO_TEST_CASE(bf16_sgd_momentum_resumes_bitwise) {
@@ -455,7 +457,8 @@ BOOST_AUTO_TEST_CASE(fp16_dynamic_scale_with_infs_resumes_bitwise) {
 BOOST_AUTO_TEST_CASE(host_checkpoint_restores_into_the_cuda_trainer) {
   temp_root root;
   linear<float> hm(dim);
-  hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+                   hone::constant_lr{.base_lr = 0.01});
   for (int s = 0; s < 3; ++s) {
     const std::vector<batch> parts = batches_of(s);
     (void)ht.step(std::span<const batch>(parts));
@@ -468,7 +471,8 @@ BOOST_AUTO_TEST_CASE(host_checkpoint_restores_into_the_cuda_trainer) {
                                                {.compression = std::nullopt, .sync = false});
 
   device_linear<float> dm(dim);
-  hone::trainer dt(dm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer dt(dm, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+                   hone::constant_lr{.base_lr = 0.01});
   (void)ck::restore(dt, host_dir);
   BOOST_TEST(dt.steps_done() == ht.steps_done());
   const std::span<const float> hmaster = ht.master_weights();
@@ -493,7 +497,8 @@ BOOST_AUTO_TEST_CASE(every_n_steps_policy_checkpoints_a_cuda_trainer) {
   temp_root root;
   device_linear<float> m(dim);
   hone::trainer t(
-      m, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01},
+      m, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+      hone::constant_lr{.base_lr = 0.01},
       ck::every_n_steps{.root = root.path, .every = 2, .writer = {.async = true, .sync = false}});
   std::vector<float> master_at_4;
   for (int s = 0; s < 5; ++s) {
@@ -507,7 +512,8 @@ BOOST_AUTO_TEST_CASE(every_n_steps_policy_checkpoints_a_cuda_trainer) {
   BOOST_REQUIRE(newest.has_value());
   BOOST_TEST(newest->path.filename().string() == "step-000000004");
   device_linear<float> fresh(dim);
-  hone::trainer r(fresh, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer r(fresh, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+                  hone::constant_lr{.base_lr = 0.01});
   (void)ck::restore(r, newest->path);
   BOOST_TEST(r.steps_done() == 4u);
   BOOST_TEST(same_bits(download(r.master_weights().data(), r.layout().total()), master_at_4));
@@ -523,7 +529,7 @@ BOOST_AUTO_TEST_CASE(offloaded_cuda_trainer_checkpoints_and_resumes_bitwise) {
   };
   device_linear<T> am(dim);
   hone::trainer a(
-      am, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
+      am, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f}, hone::accumulate::steps<2>{},
       hone::constant_lr{.base_lr = 0.01}, off,
       ck::every_n_steps{.root = root.path, .every = 3, .writer = {.async = true, .sync = false}});
   static_assert(decltype(a)::offloaded);
@@ -578,11 +584,11 @@ BOOST_AUTO_TEST_CASE(offloaded_cuda_trainer_checkpoints_and_resumes_bitwise) {
   };
   device_linear<T> bm(dim);
   hone::trainer b(bm, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
-                  hone::constant_lr{.base_lr = 0.01}, off);
+                  hone::accumulate::steps<2>{}, hone::constant_lr{.base_lr = 0.01}, off);
   check_resumed(b, bm, true);
   device_linear<T> cm(dim);
   hone::trainer c(cm, hone::bf16_mixed{}, hone::adamw{.weight_decay = 0.01f},
-                  hone::constant_lr{.base_lr = 0.01});
+                  hone::accumulate::steps<2>{}, hone::constant_lr{.base_lr = 0.01});
   check_resumed(c, cm, false);
 }
 
@@ -592,7 +598,8 @@ BOOST_AUTO_TEST_CASE(offloaded_cuda_trainer_checkpoints_and_resumes_bitwise) {
 BOOST_AUTO_TEST_CASE(device_restore_stages_through_bounded_pinned_buffers) {
   temp_root root;
   linear<float> hm(dim);
-  hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer ht(hm, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+                   hone::constant_lr{.base_lr = 0.01});
   for (int s = 0; s < 2; ++s) {
     const std::vector<batch> parts = batches_of(s);
     (void)ht.step(std::span<const batch>(parts));
@@ -602,7 +609,8 @@ BOOST_AUTO_TEST_CASE(device_restore_stages_through_bounded_pinned_buffers) {
   const fs::path dir = ck::write_snapshot(root.path, ht.steps_done(), hs,
                                           {.compression = std::nullopt, .sync = false});
   device_linear<float> dm(dim);
-  hone::trainer dt(dm, hone::fp32{}, hone::adamw{}, hone::constant_lr{.base_lr = 0.01});
+  hone::trainer dt(dm, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+                   hone::constant_lr{.base_lr = 0.01});
   const ck::tensor_file weights = ck::tensor_file::open(dir / ck::files::weights);
   const ck::tensor_file optimizer = ck::tensor_file::open(dir / ck::files::optimizer);
   ck::detail::trainer_loader<true> load(dt, 24);

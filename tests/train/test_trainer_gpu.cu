@@ -262,9 +262,9 @@ BOOST_AUTO_TEST_CASE(offload_fp32_adamw_clip_matches_the_device_trainer) {
   check_offload_matches_plain<device_linear, float>(
       10, 4, hone::fp32{}, hone::adamw{.weight_decay = 0.1f}, hone::accumulate::by_count{},
       hone::clip_grad_norm{.max_norm = 0.5f}, hone::one_cycle{.max_lr = 0.02, .total_steps = 100});
-  check_offload_matches_plain<device_linear_arena, float>(10, -1, hone::fp32{}, hone::adamw{},
-                                                          hone::clip_grad_norm{.max_norm = 0.5f},
-                                                          hone::constant_lr{.base_lr = 0.01});
+  check_offload_matches_plain<device_linear_arena, float>(
+      10, -1, hone::fp32{}, hone::adamw{}, hone::accumulate::steps<2>{},
+      hone::clip_grad_norm{.max_norm = 0.5f}, hone::constant_lr{.base_lr = 0.01});
 }
 
 BOOST_AUTO_TEST_CASE(offload_bf16_sgd_and_fp16_adamw_match_the_device_trainer) {
