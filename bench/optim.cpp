@@ -23,7 +23,13 @@
 //                            sequence (AMP keeps fp32 gradients)                               28
 //   trainer_overhead         hone::trainer (fp32, AdamW, clip_grad_norm) over a 16 Mi model
 //                            whose forward_backward copies precomputed gradients ("hone"),
-//                            and the same library calls written by hand ("hand")               44
+//                            and the same library calls written by hand ("hand"): the copy 8,
+//                            the norm pass 4, AdamW reading the model's gradients 28           40
+//   trainer_{fp16,bf16}_64M  hone::trainer (fp16_mixed / bf16_mixed, AdamW, clip_grad_norm) over
+//                            a 64 Mi model whose gradients sit in its 2-byte gradient tensors
+//                            (forward_backward leaves them): the norm pass reads them (2), AdamW
+//                            reads them (2) and p m v (24 read and written) and writes the
+//                            working weights (2); the torch peer runs its AMP sequence           30
 //
 // Each has a limit in the same run that moves the same bytes (bench/support/limit.hpp, plus the
 // mixed-width and read-only limits below), on the same oneTBB threads. docs/benchmarks.md
@@ -68,30 +74,33 @@ namespace {
 
 // ---- limits this program needs beyond limit.hpp -----------------------------------------------
 
-/// Arrays of a mixed-width limit: `Narrow` (1 or 2 byte) arrays only read or read and written in
-/// place, and 4-byte arrays only read, read and written in place, or only written.
+/// Arrays of a mixed-width limit: `Narrow` (1 or 2 byte) arrays only read, read and written in
+/// place, or only written, and 4-byte arrays only read, read and written in place, or only
+/// written.
 template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
-          std::size_t WWO>
+          std::size_t WWO, std::size_t NWO>
 struct mixed_arrays {
   std::array<const Narrow*, NRO> nro;
   std::array<Narrow*, NRW> nrw;
   std::array<const std::uint32_t*, WRO> wro;
   std::array<std::uint32_t*, WRW> wrw;
   std::array<std::uint32_t*, WWO> wwo;
+  std::array<Narrow*, NWO> nwo;
 };
 
 // The element loop of limit.hpp's stream_range with two element widths: every loaded word (the
 // narrow ones zero-extended) is OR-ed into the value every output stores, one OR per word.
 template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
-          std::size_t WWO>
+          std::size_t WWO, std::size_t NWO>
 inline __attribute__((always_inline)) void mixed_body(
-    const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a, std::uint32_t mask, std::size_t begin,
-    std::size_t end) {
+    const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO, NWO>& a, std::uint32_t mask,
+    std::size_t begin, std::size_t end) {
   const auto nro = a.nro;
   const auto nrw = a.nrw;
   const auto wro = a.wro;
   const auto wrw = a.wrw;
   const auto wwo = a.wwo;
+  const auto nwo = a.nwo;
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC ivdep
 #elif defined(__clang__)
@@ -128,13 +137,17 @@ inline __attribute__((always_inline)) void mixed_body(
       HONE_BENCH_UNROLL
       for (std::size_t k = 0; k < WWO; ++k) wwo[k][i] = all;
     }
+    if constexpr (NWO > 0) {
+      HONE_BENCH_UNROLL
+      for (std::size_t k = 0; k < NWO; ++k) nwo[k][i] = static_cast<Narrow>(all);
+    }
   }
 }
 
 /// mixed_body compiled for the best target of this CPU (limit.hpp's run_best).
 template <class Narrow, std::size_t NRO, std::size_t NRW, std::size_t WRO, std::size_t WRW,
-          std::size_t WWO>
-void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a, std::uint32_t mask,
+          std::size_t WWO, std::size_t NWO>
+void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO, NWO>& a, std::uint32_t mask,
                  std::size_t begin, std::size_t end) {
   hone_bench::detail::run_best([&]() __attribute__((always_inline)) {
     mixed_body(a, mask, begin, end);
@@ -143,19 +156,19 @@ void mixed_range(const mixed_arrays<Narrow, NRO, NRW, WRO, WRW, WWO>& a, std::ui
 
 /// hone_bench::stream_limit with two element widths, for workloads whose arrays differ in size
 /// (bf16 gradients next to fp32 weights, 8-bit moment codes): `NarrowRO` arrays of `Narrow` only
-/// read, `NarrowRW` read and written in place; `WideRO`, `WideRW`, `WideWO` arrays of 4-byte words
-/// likewise, plus only written. Each array has `n` elements. Kernels (limit.hpp's stream_kernel):
-/// plain, the narrow arrays in one allocation and the wide ones in another, consecutive arrays
-/// staggered by hone_bench::stream_stagger_bytes as stream_limit's; arena, each array a separate
-/// allocation. No non-temporal kernel (its vectors would mix element widths). Same cut over oneTBB
-/// threads as stream_limit.
+/// read, `NarrowRW` read and written in place, `NarrowWO` only written; `WideRO`, `WideRW`,
+/// `WideWO` arrays of 4-byte words likewise. Each array has `n` elements. Kernels (limit.hpp's
+/// stream_kernel): plain, the narrow arrays in one allocation and the wide ones in another,
+/// consecutive arrays staggered by hone_bench::stream_stagger_bytes as stream_limit's; arena, each
+/// array a separate allocation. No non-temporal kernel (its vectors would mix element widths). Same
+/// cut over oneTBB threads as stream_limit.
 template <class Narrow, std::size_t NarrowRO, std::size_t NarrowRW, std::size_t WideRO,
-          std::size_t WideRW, std::size_t WideWO = 0>
+          std::size_t WideRW, std::size_t WideWO = 0, std::size_t NarrowWO = 0>
 class mixed_limit {
   static_assert(sizeof(Narrow) == 1 || sizeof(Narrow) == 2, "narrow arrays hold 1 or 2 bytes");
-  static constexpr std::size_t narrow_arrays = NarrowRO + NarrowRW;
+  static constexpr std::size_t narrow_arrays = NarrowRO + NarrowRW + NarrowWO;
   static constexpr std::size_t wide_arrays = WideRO + WideRW + WideWO;
-  using arrays_t = mixed_arrays<Narrow, NarrowRO, NarrowRW, WideRO, WideRW, WideWO>;
+  using arrays_t = mixed_arrays<Narrow, NarrowRO, NarrowRW, WideRO, WideRW, WideWO, NarrowWO>;
 
   template <class U>
   static constexpr std::size_t pitch(std::size_t n) {
@@ -197,15 +210,18 @@ class mixed_limit {
   }
 
   [[nodiscard]] std::size_t bytes_per_pass() const noexcept {
-    return n_ * (sizeof(Narrow) * (NarrowRO + 2 * NarrowRW) + 4 * (WideRO + 2 * WideRW + WideWO));
+    return n_ * (sizeof(Narrow) * (NarrowRO + 2 * NarrowRW + NarrowWO) +
+                 4 * (WideRO + 2 * WideRW + WideWO));
   }
 
  private:
   static void place_narrow(arrays_t& a, std::size_t k, Narrow* p) {
     if (k < NarrowRO) {
       a.nro[k] = p;
-    } else {
+    } else if (k < NarrowRO + NarrowRW) {
       a.nrw[k - NarrowRO] = p;
+    } else {
+      a.nwo[k - NarrowRO - NarrowRW] = p;
     }
   }
   static void place_wide(arrays_t& a, std::size_t k, std::uint32_t* p) {
@@ -574,15 +590,17 @@ bench_trainer& the_trainer() {
   return t;
 }
 
-/// The trainer's step written by hand with the same library calls: forward_backward, the fused
-/// unscale pass (sum of squares), the clip coefficient from that sum, the loss scaler's decision,
-/// one AdamW pass with the coefficient as its gradient scale.
+/// The trainer's step (its direct route: one micro-batch, local gradients) written by hand with
+/// the same library calls: forward_backward, the read-only norm pass over the model's gradients
+/// (sum of squares of the unscaled values), the clip coefficient from that sum, the loss scaler's
+/// decision, one AdamW pass over the model's gradients with unscale * coefficient as its gradient
+/// scale.
 struct hand_trainer {
   fixed_grad_model* model;
   hone::adamw policy{};
   hone::clip_grad_norm clip{.max_norm = trainer_max_norm};
   hone::static_loss_scaler scaler{};
-  hone::arena<float> master_grad;
+  hone::arena<float> master_grad;  // column 0 of the norm pass's lists (not written)
   hone::optimizer_state_t<hone::adamw> state;
   hone::tensor_lists<float, const float> grads;
   std::uint64_t steps = 0;
@@ -597,12 +615,13 @@ struct hand_trainer {
   void step() {
     const float scale = scaler.scale();
     (void)model->forward_backward(no_batch{}, scale);
-    const double sum_sq = hone::unscale_accumulate_into(grads, 1.0f / scale, false);
+    const float unscale = 1.0f / scale;
+    const double sum_sq = hone::unscaled_sum_of_squares(grads, unscale);
     const bool found_inf = !std::isfinite(sum_sq);
     if (scaler.update(found_inf)) {
       const float coef = clip.finish(static_cast<float>(std::sqrt(sum_sq))).coefficient;
-      state.step(policy, {.step = ++steps, .lr = lr, .grad_scale = coef},
-                 model->weights.all().data(), master_grad.all().data());
+      state.step(policy, {.step = ++steps, .lr = lr, .grad_scale = unscale * coef},
+                 model->weights.all().data(), static_cast<const float*>(model->grads.all().data()));
     }
   }
 };
@@ -647,27 +666,29 @@ void trainer_overhead_hone(benchmark::State& state) {
   auto& m = trainer_model();
   auto& t = the_trainer();
   const no_batch b;
-  run_timed(state, m.params * 44, [&] { benchmark::DoNotOptimize(t.step(b)); });
+  run_timed(state, m.params * 40, [&] { benchmark::DoNotOptimize(t.step(b)); });
   state.counters["zero_copy"] = t.zero_copy() ? 1.0 : 0.0;
+  state.counters["direct"] = t.backend().direct() ? 1.0 : 0.0;
   state.counters["paired_ratio"] = paired_overhead(16);
 }
 
 void trainer_overhead_hand(benchmark::State& state) {
   auto& m = trainer_model();
   auto& h = the_hand();
-  run_timed(state, m.params * 44, [&] { h.step(); });
+  run_timed(state, m.params * 40, [&] { h.step(); });
 }
 
 /// The limit of the trainer step: its three passes over shared arrays, as the step moves its data
 /// (so that what one pass leaves in the cache for the next is the same): the copy F -> G (the
-/// model's forward_backward), the unscale pass G -> M (master gradients) and the AdamW pass over
-/// W, M, m, v (M read only). Six arrays of n words, staggered in one allocation as stream_limit's;
-/// each pass runs limit.hpp's plain or non-temporal loop (the arena kernel: separate allocations).
+/// model's forward_backward), the read-only norm pass over G and the AdamW pass over W, G, m, v
+/// (G read only). Five arrays of n words, staggered in one allocation as stream_limit's; each
+/// pass runs limit.hpp's plain or non-temporal loop (the arena kernel: separate allocations; the
+/// read pass is basic_read_limit's OR-reduction).
 class trainer_limit {
   using word = std::uint32_t;
   using copy_arrays = hone_bench::detail::stream_arrays<word, 1, 0, 1>;
   using update_arrays = hone_bench::detail::stream_arrays<word, 1, 3, 0>;
-  static constexpr std::size_t arrays = 6;  // F, G, M, W, m, v
+  static constexpr std::size_t arrays = 5;  // F, G, W, m, v
 
  public:
   explicit trainer_limit(std::size_t n)
@@ -692,12 +713,11 @@ class trainer_limit {
     }
     const bool nt = kernel == hone_bench::stream_kernel::nontemporal;
     const copy_arrays copy{{p[0]}, {}, {p[1]}};
-    const copy_arrays unscale{{p[1]}, {}, {p[2]}};
-    const update_arrays update{{p[2]}, {p[3], p[4], p[5]}, {}};
+    const update_arrays update{{p[1]}, {p[2], p[3], p[4]}, {}};
     pass(copy, nt);
-    pass(unscale, nt);
+    read_pass(p[1]);
     pass(update, nt);
-    return n_ * sizeof(word) * (2 + 2 + 7);
+    return n_ * sizeof(word) * (2 + 1 + 7);
   }
 
  private:
@@ -716,12 +736,86 @@ class trainer_limit {
                       });
   }
 
+  void read_pass(const word* g) const {
+    sink_ = tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, n_, grain), word{0},
+        [g](const tbb::blocked_range<std::size_t>& r, word acc) {
+          return acc | or_range(g, r.begin(), r.end());
+        },
+        std::bit_or<word>{});
+  }
+
   std::size_t n_;
   hone::buffer<word> storage_;
   std::array<word*, arrays> staggered_{};
   std::vector<hone::buffer<word>> arena_;
   inline static volatile word mask_ = 0;
+  inline static volatile word sink_ = 0;
 };
+
+// ---- trainer_fp16_64M, trainer_bf16_64M -------------------------------------------------------
+
+/// A 64 Mi model in working type T whose gradients are fixed: they are written once, laid out in
+/// T's arena, and forward_backward leaves them (the trainer only reads a model's gradients), so a
+/// step moves what the trainer moves and nothing else.
+template <class T>
+struct working_model {
+  hone::arena_layout layout;
+  hone::arena<T> weights;
+  hone::arena<T> grads;
+  std::size_t params = 0;
+
+  explicit working_model(std::size_t total)
+      : layout(make_layout(mix(total))), weights(layout), grads(layout) {
+    for (std::size_t n : mix(total)) params += n;
+    fill(weights.all().data(), layout.total(), 0.5f);
+    fill(grads.all().data(), layout.total(), 0.25f);
+  }
+  std::vector<hone::parameter<T>> parameters() {
+    std::vector<hone::parameter<T>> ps;
+    ps.reserve(layout.size());
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      ps.push_back({layout[i].name, {layout[i].count}, weights.view(i), grads.view(i)});
+    }
+    return ps;
+  }
+  float forward_backward(const no_batch& /*b*/, float /*loss_scale*/) { return 1.0f; }
+};
+
+template <class T, class Precision>
+auto& working_trainer() {
+  static hone::trainer t(
+      hone_bench::optim_model<working_model<T>>(hone_bench::optim_64M), Precision{}, hone::adamw{},
+      hone::clip_grad_norm{.max_norm = full_step_max_norm}, hone::constant_lr{.base_lr = lr});
+  return t;
+}
+
+/// "hone": the trainer as users get it (the direct route); "master_route": the same trainer with
+/// the direct route forbidden (the fp32 master gradients written and read again: 40 bytes per
+/// parameter, reported as the row's 30 so that the GB/s compare as times).
+template <class T, class Precision, bool Direct>
+void trainer_working_hone(benchmark::State& state) {
+  auto& m = hone_bench::optim_model<working_model<T>>(hone_bench::optim_64M);
+  auto& t = working_trainer<T, Precision>();
+  t.backend().set_direct_route(Direct);
+  const no_batch b;
+  run_timed(state, m.params * 30, [&] { benchmark::DoNotOptimize(t.step(b)); });
+  state.counters["direct"] = t.backend().direct() ? 1.0 : 0.0;
+  t.backend().set_direct_route(true);
+}
+
+/// Its limit: a read-only pass over 2-byte gradients, then 2 bytes read (the gradients), p m v
+/// read and written, 2 bytes written (the working weights).
+template <class T>
+std::size_t trainer_working_limit(hone_bench::stream_kernel kernel) {
+  using update_limit = mixed_limit<std::uint16_t, 1, 0, 0, 3, 0, 1>;
+  auto& norm_pass = hone_bench::optim_limit<basic_read_limit<std::uint16_t>, working_model<T>,
+                                            hone_bench::optim_64M>();
+  auto& update = hone_bench::optim_limit<update_limit, working_model<T>, hone_bench::optim_64M>();
+  norm_pass.run();
+  update.run(kernel);
+  return norm_pass.bytes_per_pass() + update.bytes_per_pass();
+}
 
 /// One pass of the trainer step's limit with the given kernel.
 std::size_t trainer_overhead_limit(hone_bench::stream_kernel kernel) {
@@ -768,6 +862,17 @@ bool register_benchmarks() {
   add("trainer_overhead", "hone", trainer_overhead_hone);
   add("trainer_overhead", "hand", trainer_overhead_hand);
   hone_bench::add_limits("trainer_overhead", trainer_overhead_limit);
+  using working_update_limit = mixed_limit<std::uint16_t, 1, 0, 0, 3, 0, 1>;
+  add("trainer_fp16_64M", "hone", trainer_working_hone<hone::half, hone::fp16_mixed<>, true>);
+  add("trainer_fp16_64M", "master_route",
+      trainer_working_hone<hone::half, hone::fp16_mixed<>, false>);
+  hone_bench::add_limits("trainer_fp16_64M", trainer_working_limit<hone::half>,
+                         working_update_limit::kernels());
+  add("trainer_bf16_64M", "hone", trainer_working_hone<hone::bfloat16, hone::bf16_mixed, true>);
+  add("trainer_bf16_64M", "master_route",
+      trainer_working_hone<hone::bfloat16, hone::bf16_mixed, false>);
+  hone_bench::add_limits("trainer_bf16_64M", trainer_working_limit<hone::bfloat16>,
+                         working_update_limit::kernels());
   return true;
 }
 
@@ -778,7 +883,8 @@ std::vector<hone_bench::workload_mix> mixes() {
   m.push_back({"adamw_fp32_16M", sizes_of(hone_bench::optim_16M)});
   for (const char* w :
        {"adamw_fp32_64M", "adamw_bf16grad_64M", "unscale_check_64M", "unscale_check_fp16_64M",
-        "sgd_momentum_64M", "adamw8bit_64M", "full_step_64M", "full_step_fp16grad_64M"}) {
+        "sgd_momentum_64M", "adamw8bit_64M", "full_step_64M", "full_step_fp16grad_64M",
+        "trainer_fp16_64M", "trainer_bf16_64M"}) {
     m.push_back({w, sizes_of(hone_bench::optim_64M)});
   }
   m.push_back({"trainer_overhead", sizes_of(trainer_total)});

@@ -11,6 +11,8 @@ HONE_NAMESPACE_BEGIN
 #define HONE_PRECISION_INSTANTIATE(W)                                                          \
   template double unscale_accumulate_into<W>(const tensor_lists<float, const W>&, float, bool, \
                                              host_tuning);                                     \
+  template double unscaled_sum_of_squares<W>(const tensor_lists<float, const W>&, float,       \
+                                             host_tuning);                                     \
   template void for_each<cast_to_working<W>, W, const float>(                                  \
       const tensor_lists<W, const float>&, const cast_to_working<W>&, host_tuning);            \
   template void for_each<load_master<W>, float, const W>(const tensor_lists<float, const W>&,  \

@@ -12,6 +12,11 @@ read from the hone benchmark program), in PyTorch's own fused implementations:
   full_step_64M            the sequence PyTorch users run for an fp16 step: scaler.unscale_(opt),
                            clip_grad_norm_(params, max_norm), scaler.step(opt) (fused AdamW),
                            scaler.update()
+  trainer_fp16_64M         against hone::trainer's whole fp16 step: full_step_64M's sequence (AMP
+                           keeps fp32 weights and gradients; its casts to fp16 happen in autocast's
+                           forward, outside the step)
+  trainer_bf16_64M         against hone::trainer's whole bf16 step: clip_grad_norm_ and the fused
+                           AdamW step (bf16 autocast needs no loss scaler)
 
 Every row reports the bytes hone's row of the same workload reports (bytes_per_iter), so its GB/s
 compare as times do: "vs hone" is hone's time / torch's time. The in-place passes keep their data
@@ -54,6 +59,11 @@ WORKLOADS = {
     # hone's row reads fp16 gradients; torch's AMP keeps fp32 .grad, so its sequence is
     # full_step_64M's (the bytes are hone's count, so the GB/s ratio is the time ratio).
     "full_step_fp16grad_64M": (28, "the full_step_64M sequence (AMP keeps fp32 gradients)"),
+    # hone's rows are the whole trainer step in fp16/bf16 (30 bytes per parameter); torch's AMP
+    # step on fp32 weights and gradients.
+    "trainer_fp16_64M": (30, "AMP fp16 step: scaler.unscale_(opt); clip_grad_norm_; "
+                             "scaler.step(opt) (AdamW fused=True); scaler.update()"),
+    "trainer_bf16_64M": (30, "AMP bf16 step: clip_grad_norm_; AdamW(fused=True).step()"),
 }
 # The workloads bench_optim_gpu (bench/optim_gpu.cu) also runs, as <workload>_cuda.
 CUDA_WORKLOADS = ("adamw_fp32_1M", "adamw_fp32_16M", "adamw_fp32_64M", "sgd_momentum_64M",
@@ -107,7 +117,14 @@ def workload_fn(torch, w: str, sizes: list[int], dev):
     if w == "sgd_momentum_64M":
         opt = torch.optim.SGD(params, lr=LR, momentum=0.9, fused=True)
         return opt.step, (params, opt)
-    if w in ("full_step_64M", "full_step_fp16grad_64M"):
+    if w == "trainer_bf16_64M":
+        opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+
+        def step():
+            torch.nn.utils.clip_grad_norm_(params, MAX_NORM)
+            opt.step()
+        return step, (params, opt)
+    if w in ("full_step_64M", "full_step_fp16grad_64M", "trainer_fp16_64M"):
         opt = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
         scaler = torch.amp.GradScaler(dev.type, init_scale=2.0)
         scaler.scale(torch.ones((), device=dev))  # creates the scale (the loss's .backward() would)

@@ -1,7 +1,8 @@
 // The host unscale pass (hone::unscale_accumulate_into) against a scalar reference written here:
 // master = factor * g, or master + factor * g, each operation rounded on its own (no fused
 // multiply-add: the device computes __fmul_rn then __fadd_rn), for fp32, bf16 and fp16 working
-// gradients, separate tensors of odd sizes; and the sum of squares of the result in double.
+// gradients, separate tensors of odd sizes; and the sum of squares of the result in double, which
+// hone::unscaled_sum_of_squares (the read-only pass) returns bit for bit without storing.
 // Also built with -march=native (test_unscale_native), where a compiler may fuse the product
 // into the add unless the library prevents it.
 #define BOOST_TEST_MODULE hone_precision_unscale
@@ -59,7 +60,18 @@ void check_unscale(float poison) {
   // Factors whose products round (not powers of two), as micro-batch weight / loss scale.
   const float f1 = 0.3f / 1024.0f, f2 = 0.7f / 1024.0f;
   const hone::host_tuning small_grain{.grain = 256};
+  // The read-only pass (the trainer's direct route) leaves the master gradients alone and returns
+  // the storing pass's sum, bit for bit.
+  const double read_only = hone::unscaled_sum_of_squares(l1, f1, small_grain);
+  BOOST_TEST(first_difference(master, std::vector<float>(total, 123.0f)) == total);
   const double first = hone::unscale_accumulate_into(l1, f1, false, small_grain);
+  BOOST_TEST(std::memcmp(&read_only, &first, sizeof(double)) == 0);
+  const double read_only2 = hone::unscaled_sum_of_squares(l2, f2, small_grain);
+  if (poison == 0.0f) {
+    BOOST_TEST(std::isfinite(read_only2));
+  } else {
+    BOOST_TEST(!std::isfinite(read_only2));  // the overflow check without the store
+  }
 
   std::vector<float> ref(total);
   double ref_first = 0.0;

@@ -499,3 +499,139 @@ BOOST_AUTO_TEST_CASE(offload_restore_and_bad_configuration) {
   t.reload_weights_from_model();
   BOOST_TEST(t.master_weights()[t.layout()[1].offset] == 3.5f);
 }
+
+// ---- the host backend's direct route ----
+namespace {
+/// linear<T> whose weights and gradients live in two arenas laid out like the trainer's
+/// (bind_parameters style): a step of one micro-batch takes the direct route.
+template <class T>
+struct arena_linear {
+  hone::arena_layout layout{sizeof(T)};
+  hone::arena<T> values, grads;
+  linear<T> m;
+  explicit arena_linear(std::size_t d) : m(d) {
+    layout.add("w", d);
+    layout.add("bias", 1);
+    values = hone::arena<T>(layout);
+    grads = hone::arena<T>(layout);
+    std::copy(m.w.begin(), m.w.end(), values.view(0).begin());
+    values.view(1)[0] = m.b[0];
+  }
+  std::vector<hone::parameter<T>> parameters() {
+    return {{"w", {m.dim}, values.view(0), grads.view(0)},
+            {"bias", {1}, values.view(1), grads.view(1)}};
+  }
+  float forward_backward(const batch& bt, float scale) {
+    std::copy(values.view(0).begin(), values.view(0).end(), m.w.begin());
+    m.b[0] = values.view(1)[0];
+    const float loss = m.forward_backward(bt, scale);
+    std::copy(m.gw.begin(), m.gw.end(), grads.view(0).begin());
+    grads.view(1)[0] = m.gb[0];
+    return loss;
+  }
+  std::vector<float> weights() const {  // w then bias (the arena's padding left out)
+    std::vector<float> v;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      for (const T& x : values.view(i)) v.push_back(static_cast<float>(x));
+    }
+    return v;
+  }
+};
+
+/// Trainers on arena_linear (one arena: zero-copy in fp32) and on linear<T> (separate vectors)
+/// taking the direct route on one micro-batch, against the same policies on linear<T> with the
+/// route forbidden (the master-gradient route): every report, the working and master weights,
+/// the master gradients and the optimizer state must be the same bits, step after step, with an
+/// inf injected at `poison_at`; a step of two micro-batches leaves the direct route.
+template <class T, class... Policies>
+void check_direct_route(int steps, int poison_at, Policies... policies) {
+  const std::size_t dim = 1003;  // vector loops with a tail
+  arena_linear<T> a(dim);
+  linear<T> b(dim), c(dim);
+  hone::trainer direct(a, policies..., hone::accumulate::by_count{});
+  hone::trainer ref(b, policies..., hone::accumulate::by_count{});
+  hone::trainer scattered(c, policies..., hone::accumulate::by_count{});
+  ref.backend().set_direct_route(false);
+  const auto groups = hone::make_param_groups(ref.layout(), {{hone::is_no_decay_name, 1, 0}});
+  direct.set_param_groups(groups);
+  ref.set_param_groups(groups);
+  scattered.set_param_groups(groups);
+  for (int s = 0; s < steps; ++s) {
+    BOOST_TEST_CONTEXT("step " << s) {
+      const float poison = s == poison_at ? std::numeric_limits<float>::infinity() : 0.0f;
+      a.m.nan_in_grad = poison;
+      b.nan_in_grad = poison;
+      c.nan_in_grad = poison;
+      std::vector<batch> parts{make_batch(16, dim, static_cast<unsigned>(500 + 2 * s))};
+      if (s == steps - 1) parts.push_back(make_batch(7, dim, static_cast<unsigned>(501 + 2 * s)));
+      const auto ra = direct.step(std::span<const batch>(parts));
+      const auto rb = ref.step(std::span<const batch>(parts));
+      const auto rc = scattered.step(std::span<const batch>(parts));
+      const bool took_direct = direct.backend().direct();
+      const bool took_scattered = scattered.backend().direct();
+      const bool one_part = parts.size() == 1u;
+      BOOST_TEST(took_direct == one_part);
+      BOOST_TEST(took_scattered == one_part);
+      BOOST_TEST(!ref.backend().direct());
+      BOOST_TEST(same_reports(rc, rb));
+      BOOST_TEST(same_bits(model_weights(c), model_weights(b)));
+      BOOST_TEST(same_bits(snapshot(scattered.master_weights()), snapshot(ref.master_weights())));
+      BOOST_TEST(
+          same_bits(snapshot(scattered.master_gradients()), snapshot(ref.master_gradients())));
+      if (s == poison_at) BOOST_TEST(ra.skipped);  // fp16's scale also overflows by itself
+      BOOST_TEST(same_reports(ra, rb));
+      BOOST_TEST(same_bits(a.weights(), model_weights(b)));
+      BOOST_TEST(same_bits(snapshot(direct.master_weights()), snapshot(ref.master_weights())));
+      BOOST_TEST(same_bits(snapshot(direct.master_gradients()), snapshot(ref.master_gradients())));
+      const auto sa = state_tensors(direct);
+      const auto sb = state_tensors(ref);
+      BOOST_TEST(sa.size() == sb.size());
+      for (std::size_t i = 0; i < sa.size() && i < sb.size(); ++i) {
+        BOOST_TEST(same_bits(sa[i], sb[i]), "state tensor " << i);
+      }
+    }
+  }
+  BOOST_TEST(direct.steps_done() == ref.steps_done());
+  BOOST_TEST((direct.scaler().state() == ref.scaler().state()));
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(direct_route_is_the_master_gradient_route_bit_for_bit) {
+  const auto sched = hone::one_cycle{.max_lr = 0.02, .total_steps = 200};
+  // fp32: the model's weights are the master weights (zero-copy); the optimizer reads the model's
+  // gradients.
+  check_direct_route<float>(8, 3, hone::fp32{}, hone::adamw{.weight_decay = 0.1f}, sched);
+  check_direct_route<float>(8, 5, hone::fp32{}, hone::sgd{.momentum = 0.9f}, sched,
+                            hone::clip_grad_norm{.max_norm = 0.05f});
+  // bf16 and fp16: the optimizer writes the working weights in its pass; fp16's loss scale is
+  // folded into the gradient scale (and backs off at the poisoned step).
+  check_direct_route<hone::bfloat16>(8, 2, hone::bf16_mixed{}, hone::adamw{}, sched,
+                                     hone::clip_grad_norm{.max_norm = 0.05f});
+  check_direct_route<hone::bfloat16>(8, -1, hone::bf16_mixed{},
+                                     hone::sgd{.momentum = 0.9f, .nesterov = true}, sched);
+  check_direct_route<hone::half>(
+      10, 4, hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}},
+      hone::adamw{.weight_decay = 0.01f}, sched, hone::clip_grad_norm{.max_norm = 0.05f});
+  check_direct_route<hone::half>(8, 6, hone::fp16_mixed<>{}, hone::sgd{},
+                                 hone::constant_lr{.base_lr = 0.01});
+}
+
+BOOST_AUTO_TEST_CASE(direct_route_needs_local_l2_clipped_gradients) {
+  // Clipping by value and by a non-L2 norm need the master gradients: the route stays off.
+  const std::size_t dim = 64;
+  arena_linear<hone::bfloat16> a(dim), b(dim);
+  hone::trainer by_value(a, hone::bf16_mixed{}, hone::clip_grad_value{.clip_value = 0.01f});
+  hone::trainer by_inf(
+      b, hone::bf16_mixed{},
+      hone::clip_grad_norm{.max_norm = 0.5f, .norm_type = std::numeric_limits<float>::infinity()});
+  const batch bt = make_batch(8, dim, 77);
+  (void)by_value.step(bt);
+  (void)by_inf.step(bt);
+  BOOST_TEST(!by_value.backend().direct());
+  BOOST_TEST(!by_inf.backend().direct());
+  // The route is taken with L2 clipping on the same model.
+  arena_linear<hone::bfloat16> c(dim);
+  hone::trainer l2(c, hone::bf16_mixed{}, hone::clip_grad_norm{.max_norm = 0.5f});
+  (void)l2.step(bt);
+  BOOST_TEST(l2.backend().direct());
+}

@@ -222,10 +222,13 @@ class adamw_state {
       const std::vector<param_group>& groups = {}) requires(space_traits<Space>::host_accessible);
 
   /// The backend-independent part of a step: validates, resolves the groups, and calls
-  /// run(lists, functor) once per group (the host loop or a CUDA launch).
-  template <class G, class Run>
+  /// run(lists, functor) once per group (the host loop or a CUDA launch). `grad` is a `const G*`
+  /// arena laid out like the state or a hone::slot_gradients<G>.
+  template <class Grad, class Run>
   void for_each_group(const adamw& policy, const optimizer_step_args& args, float* master,
-                      const G* grad, const std::vector<param_group>& groups, Run&& run) {
+                      Grad grad, const std::vector<param_group>& groups, Run&& run) {
+    using source = detail::gradient_source<Grad>;
+    using G = detail::gradient_element_t<Grad>;
     detail::check_step_args(args, "hone::adamw");
     detail::check_adam_hyperparameters(detail::step_momentum(args, policy.beta1), policy.beta2,
                                        policy.eps, policy.weight_decay, "hone::adamw");
@@ -233,7 +236,7 @@ class adamw_state {
         policy.amsgrad == amsgrad_,
         "hone::adamw: the policy's amsgrad differs from the one this state was built with; "
         "build the state from the same policy");
-    HONE_REQUIRE(master != nullptr && grad != nullptr,
+    HONE_REQUIRE(master != nullptr && source::present(grad),
                  "hone::adamw::step: master and grad must point to arenas laid out like the state");
     float* m = exp_avg_.all().data();
     float* v = exp_avg_sq_.all().data();
@@ -246,15 +249,16 @@ class adamw_state {
         tensor_lists<float, const G, float, float, float> lists;
         for (std::size_t s : grp.slots) {
           const auto& sl = layout_[s];
-          lists.add(sl.count, master + sl.offset, grad + sl.offset, m + sl.offset, v + sl.offset,
-                    vmax + sl.offset);
+          lists.add(sl.count, master + sl.offset, source::slot(grad, s, sl.offset), m + sl.offset,
+                    v + sl.offset, vmax + sl.offset);
         }
         run(lists, adamw_amsgrad_functor<G>{c});
       } else {
         tensor_lists<float, const G, float, float> lists;
         for (std::size_t s : grp.slots) {
           const auto& sl = layout_[s];
-          lists.add(sl.count, master + sl.offset, grad + sl.offset, m + sl.offset, v + sl.offset);
+          lists.add(sl.count, master + sl.offset, source::slot(grad, s, sl.offset), m + sl.offset,
+                    v + sl.offset);
         }
         run(lists, adamw_functor<G>{c});
       }

@@ -20,6 +20,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hone/core/arena.hpp"
@@ -46,6 +47,40 @@ struct optimizer_step_args {
   /// the policy's value is used.
   std::optional<float> momentum = std::nullopt;
 };
+
+/// Where an element-wise optimizer's step (adamw, sgd: their for_each_group) finds the
+/// gradients of slot s: `pointers[s]`, one pointer per slot of the state's layout, each to that
+/// slot's `count` gradients. The other form is a `const G*` arena laid out like the state (slot s
+/// at its offset). hone::trainer's direct route (hone/train/host_backend.hpp) passes the model's
+/// own gradient tensors this way, wherever they live.
+template <class G>
+struct slot_gradients {
+  const G* const* pointers;
+};
+
+namespace detail {
+template <class Grad>
+struct gradient_source;
+template <class G>
+struct gradient_source<G*> {
+  using element = std::remove_const_t<G>;
+  static const element* slot(G* base, std::size_t /*s*/, std::size_t offset) {
+    return base + offset;
+  }
+  static bool present(G* base) { return base != nullptr; }
+};
+template <class G>
+struct gradient_source<slot_gradients<G>> {
+  using element = G;
+  static const G* slot(slot_gradients<G> g, std::size_t s, std::size_t /*offset*/) {
+    return g.pointers[s];
+  }
+  static bool present(slot_gradients<G> g) { return g.pointers != nullptr; }
+};
+/// The gradient element type of a gradient source (`const G*` or slot_gradients<G>).
+template <class Grad>
+using gradient_element_t = typename gradient_source<Grad>::element;
+}  // namespace detail
 
 /// The state type of optimizer policy P in memory space Space.
 template <class P, class Space = host_space>

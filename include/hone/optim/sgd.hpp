@@ -154,10 +154,13 @@ class sgd_state {
                    [](const auto& lists, const auto& op) { detail::simd_for_each(lists, op); });
   }
 
-  /// Validates, resolves the groups and calls run(lists, functor) once per group.
-  template <class G, class Run>
-  void for_each_group(const sgd& policy, const optimizer_step_args& args, float* master,
-                      const G* grad, const std::vector<param_group>& groups, Run&& run) {
+  /// Validates, resolves the groups and calls run(lists, functor) once per group. `grad` is a
+  /// `const G*` arena laid out like the state or a hone::slot_gradients<G>.
+  template <class Grad, class Run>
+  void for_each_group(const sgd& policy, const optimizer_step_args& args, float* master, Grad grad,
+                      const std::vector<param_group>& groups, Run&& run) {
+    using source = detail::gradient_source<Grad>;
+    using G = detail::gradient_element_t<Grad>;
     detail::check_step_args(args, "hone::sgd");
     const float mu = detail::step_momentum(args, policy.momentum);
     detail::check_sgd(mu, policy.dampening, policy.nesterov, policy.weight_decay);
@@ -166,7 +169,7 @@ class sgd_state {
         "hone::sgd: this step has momentum " + std::to_string(mu) +
             " but the state was built from a policy without momentum (no buffer); build it "
             "from a policy with momentum != 0");
-    HONE_REQUIRE(master != nullptr && grad != nullptr,
+    HONE_REQUIRE(master != nullptr && source::present(grad),
                  "hone::sgd::step: master and grad must point to arenas laid out like the state");
     const bool first = args.step == 1;
     for (const auto& grp :
@@ -176,7 +179,7 @@ class sgd_state {
         tensor_lists<float, const G, float> lists;
         for (std::size_t s : grp.slots) {
           const auto& sl = layout_[s];
-          lists.add(sl.count, master + sl.offset, grad + sl.offset, b + sl.offset);
+          lists.add(sl.count, master + sl.offset, source::slot(grad, s, sl.offset), b + sl.offset);
         }
         const sgd_momentum_functor<G> op{grp.lr,
                                          grp.weight_decay,
@@ -190,7 +193,7 @@ class sgd_state {
         tensor_lists<float, const G> lists;
         for (std::size_t s : grp.slots) {
           const auto& sl = layout_[s];
-          lists.add(sl.count, master + sl.offset, grad + sl.offset);
+          lists.add(sl.count, master + sl.offset, source::slot(grad, s, sl.offset));
         }
         run(lists, sgd_functor<G>{grp.lr, grp.weight_decay, args.grad_scale});
       }

@@ -78,7 +78,9 @@ HONE_DETAIL_TARGET_AVX2_NOFMA inline void widen_half_f16c(const half* p, std::si
 /// products are computed by one vector loop into a buffer that the compiler must assume an empty
 /// asm statement rewrote, and added by a second vector loop. With Widen, a block of fp16 gradients
 /// is first widened by widen_half_f16c (one instruction per 8; the integer conversion otherwise).
-template <class G, bool Accumulate, bool Widen = false>
+/// Without Store the master gradients are neither read nor written (master may be null): the sum
+/// of squares alone, the bits of the storing pass's (the trainer's direct route).
+template <class G, bool Accumulate, bool Widen = false, bool Store = true>
 HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT master,
                                          const G* HONE_RESTRICT g, std::size_t begin,
                                          std::size_t end) {
@@ -98,13 +100,13 @@ HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT mast
       HONE_PRAGMA_UNROLL_LANES
       for (std::size_t l = 0; l < reduce_lanes; ++l) {
         const float m = Accumulate ? master[i + k + l] + x[k + l] : x[k + l];
-        master[i + k + l] = m;
+        if constexpr (Store) master[i + k + l] = m;
         acc[l] += static_cast<double>(m) * static_cast<double>(m);
       }
     }
     for (std::size_t l = 0; k < len; ++k, ++l) {
       const float m = Accumulate ? master[i + k] + x[k] : x[k];
-      master[i + k] = m;
+      if constexpr (Store) master[i + k] = m;
       acc[l] += static_cast<double>(m) * static_cast<double>(m);
     }
   }
@@ -112,47 +114,49 @@ HONE_FORCEINLINE double unscale_add_loop(float factor, float* HONE_RESTRICT mast
   for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
   return r;
 }
-template <class G, bool Accumulate>
+template <class G, bool Accumulate, bool Store = true>
 HONE_VECTORIZE_FUNCTION double unscale_add_range_base(float factor, float* HONE_RESTRICT master,
                                                       const G* HONE_RESTRICT g, std::size_t begin,
                                                       std::size_t end) {
-  return unscale_add_loop<G, Accumulate>(factor, master, g, begin, end);
+  return unscale_add_loop<G, Accumulate, false, Store>(factor, master, g, begin, end);
 }
 #if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
 // The same loop for AVX2 (no FMA: the bits of the SSE2 loop), chosen at run time (core/isa.hpp);
 // fp16 gradients widened with F16C.
-template <class G, bool Accumulate>
+template <class G, bool Accumulate, bool Store = true>
 HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN double
 unscale_add_range_avx2(float factor, float* HONE_RESTRICT master, const G* HONE_RESTRICT g,
                        std::size_t begin, std::size_t end) {
-  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>>(factor, master, g, begin, end);
+  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>, Store>(factor, master, g, begin,
+                                                                         end);
 }
 #endif
 #if defined(HONE_DETAIL_HAS_AVX512) && defined(HONE_ISA_DISPATCH)
 // And for AVX-512: this loop may use the FMA AVX-512 brings, because no product in it can fuse
 // (the products pass through HONE_DETAIL_OPAQUE_MEMORY; a square of a float is exact in double, so
 // a fused square-and-add rounds as the separate ones do).
-template <class G, bool Accumulate>
+template <class G, bool Accumulate, bool Store = true>
 HONE_VECTORIZE_FUNCTION HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN double
 unscale_add_range_avx512(float factor, float* HONE_RESTRICT master, const G* HONE_RESTRICT g,
                          std::size_t begin, std::size_t end) {
-  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>>(factor, master, g, begin, end);
+  return unscale_add_loop<G, Accumulate, std::is_same_v<G, half>, Store>(factor, master, g, begin,
+                                                                         end);
 }
 #endif
-template <class G, bool Accumulate>
+template <class G, bool Accumulate, bool Store = true>
 double unscale_add_range(float factor, float* master, const G* g, std::size_t begin,
                          std::size_t end) {
 #if defined(HONE_DETAIL_HAS_AVX2) && defined(HONE_ISA_DISPATCH)
   const isa t = active_isa();
 #if defined(HONE_DETAIL_HAS_AVX512)
   if (t == isa::avx512)
-    return unscale_add_range_avx512<G, Accumulate>(factor, master, g, begin, end);
+    return unscale_add_range_avx512<G, Accumulate, Store>(factor, master, g, begin, end);
 #endif
   if (t == isa::avx2 || t == isa::avx512) {
-    return unscale_add_range_avx2<G, Accumulate>(factor, master, g, begin, end);
+    return unscale_add_range_avx2<G, Accumulate, Store>(factor, master, g, begin, end);
   }
 #endif
-  return unscale_add_range_base<G, Accumulate>(factor, master, g, begin, end);
+  return unscale_add_range_base<G, Accumulate, Store>(factor, master, g, begin, end);
 }
 }  // namespace detail
 
@@ -176,6 +180,28 @@ double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float 
                             : detail::unscale_add_range<G, false>(
                                   factor, lists.template pointer<0>(ch.tensor),
                                   lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
+        }
+        return acc;
+      },
+      plus{});
+}
+
+/// The sum of squares unscale_accumulate_into(lists, factor, false) would return, bit for bit (the
+/// same chunks of the same lists), without writing the master gradients (column 0 is not touched):
+/// one read of the working gradients. The trainer's direct route (hone/train/host_backend.hpp)
+/// checks and measures the gradients with it and hands them to the optimizer unconverted.
+template <class G>
+double unscaled_sum_of_squares(const tensor_lists<float, const G>& lists, float factor,
+                               host_tuning tuning = {}) {
+  if (lists.empty()) return 0.0;
+  const auto chunks = detail::make_chunks(lists, tuning.grain);
+  return detail::parallel_reduce_ranges(
+      chunks.size(), 1, 0.0,
+      [&](std::size_t begin, std::size_t end, double acc) {
+        for (std::size_t c = begin; c != end; ++c) {
+          const auto& ch = chunks[c];
+          acc += detail::unscale_add_range<G, false, false>(
+              factor, nullptr, lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
         }
         return acc;
       },
@@ -216,6 +242,8 @@ struct load_master {
 #define HONE_DETAIL_PRECISION_EXTERN(W)                                                         \
   extern template double unscale_accumulate_into<W>(const tensor_lists<float, const W>&, float, \
                                                     bool, host_tuning);                         \
+  extern template double unscaled_sum_of_squares<W>(const tensor_lists<float, const W>&, float, \
+                                                    host_tuning);                               \
   extern template void for_each<cast_to_working<W>, W, const float>(                            \
       const tensor_lists<W, const float>&, const cast_to_working<W>&, host_tuning);             \
   extern template void for_each<load_master<W>, float, const W>(                                \

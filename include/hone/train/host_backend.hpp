@@ -10,13 +10,22 @@
 //    parameter group (the clip coefficient folded into its gradient scale), then casts the master
 //    weights into the working weights (nothing to cast when the model's fp32 weights ARE the
 //    master weights).
+// The direct route, for a step of one micro-batch whose gradients stay local (no gradient
+// reduction, no offload role), with AdamW or SGD and no clipping or L2 clipping: the unscale pass
+// only reads the model's gradients (their sum of squares, the same bits as above), and the
+// optimizer reads them again with the loss scale's inverse folded into its gradient scale
+// (hone::slot_gradients: the model's own tensors) and writes the model's working weights in the
+// same pass. No fp32 master gradients are written: fp16/bf16 30 bytes per parameter instead of
+// 40, fp32 32 instead of 36 (docs/train.md). master_gradients() computes them when asked.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "hone/core/config.hpp"
 #include "hone/core/multi_tensor.hpp"
@@ -25,6 +34,7 @@
 #include "hone/offload/transport.hpp"
 #include "hone/optim/clipping.hpp"
 #include "hone/optim/optimizer.hpp"
+#include "hone/optim/sgd.hpp"
 #include "hone/precision/unscale.hpp"
 #include "hone/train/detail/trainer_parts.hpp"
 
@@ -41,6 +51,25 @@ struct step_check {
 struct square_in_double {
   HONE_HOST_DEVICE double operator()(const float& g) const {
     return static_cast<double>(g) * static_cast<double>(g);
+  }
+};
+
+/// An optimizer's element functor that also writes the working copy of the updated master
+/// weight: the lists are (working, master, grad, state...), the wrapped functor sees (master,
+/// grad, state...). What apex's fused Adam does with its fp16 output.
+template <class F, class W>
+struct with_working_copy {
+  F f;
+  template <class... Rest>
+  HONE_HOST_DEVICE_FORCEINLINE void operator()(W& working, float& master, Rest&... rest) const {
+    f(master, rest...);
+    working = static_cast<W>(master);
+  }
+  /// The vector form: the register is stored as W, rounded as static_cast<W> rounds.
+  template <class V, class... Rest>
+  HONE_HOST_DEVICE_FORCEINLINE void apply(V& working, V& master, Rest&... rest) const {
+    f.apply(master, rest...);
+    working = master;
   }
 };
 
@@ -76,14 +105,36 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   void check(const Parts& /*p*/) const noexcept {}
 
   template <class Parts>
-  void begin_step(Parts& /*p*/) noexcept {
+  void begin_step(Parts& p, std::size_t micro_batches) {
     sum_sq_ = 0.0;
+    direct_ = allow_direct_ && micro_batches == 1 && direct_route(p);
   }
 
   template <class Parts>
   void accumulate(Parts& p, float factor, bool accumulate) {
+    if (direct_) {
+      sum_sq_ = unscaled_sum_of_squares(p.grads, factor);
+      factor_ = factor;
+      master_grads_pending_ = true;
+      return;
+    }
+    master_grads_pending_ = false;
     sum_sq_ = unscale_accumulate_into(p.grads, factor, accumulate);
   }
+
+  /// After a direct-route step: the master gradients from the model's (trainer::master_gradients).
+  template <class Parts>
+  void materialize_master_gradients(const Parts& p) const {
+    if (!master_grads_pending_) return;
+    (void)unscale_accumulate_into(p.grads, factor_, false);
+    master_grads_pending_ = false;
+  }
+
+  /// Whether the last step took the direct route.
+  [[nodiscard]] bool direct() const noexcept { return direct_; }
+  /// Allows (the default) or forbids the direct route; forbidden, every step writes the master
+  /// gradients (4 + 4 bytes per parameter more).
+  void set_direct_route(bool allowed) noexcept { allow_direct_ = allowed; }
 
   /// The gradient reduction role, then the sum of squares of the reduced gradients.
   template <class Parts>
@@ -115,6 +166,14 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   /// group, then the working weights.
   template <class Parts>
   void apply_update(Parts& p, const optimizer_step_args& args) {
+    if constexpr (direct_capable) {
+      if (direct_) {
+        optimizer_step_args a = args;
+        a.grad_scale = factor_ * args.grad_scale;
+        direct_step(p, a);
+        return;
+      }
+    }
     p.state.step(p.optimizer, args, p.master, p.master_grad_data(), p.groups);
     if (!p.zero_copy) hone::for_each(p.weights_out, cast_to_working<working_type>{});
   }
@@ -124,6 +183,77 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
 
  private:
   using load_master_functor = hone::load_master<working_type>;
+  using optimizer_type = typename Types::optimizer_type;
+  using clipping_type = typename Types::clipping_type;
+
+  /// What the direct route needs of the policies (the norm type of clip_grad_norm is checked per
+  /// step): an element-wise optimizer, L2 clipping or none, local gradients, no offload role.
+  static constexpr bool elementwise_optimizer =
+      std::is_same_v<optimizer_type, adamw> || std::is_same_v<optimizer_type, sgd>;
+  static constexpr bool norm_or_no_clipping =
+      std::is_same_v<clipping_type, no_clipping> || std::is_same_v<clipping_type, clip_grad_norm>;
+  static constexpr bool direct_capable =
+      !Types::reduces && !Types::offloaded && elementwise_optimizer && norm_or_no_clipping;
+
+  template <class Parts>
+  static bool direct_route(const Parts& p) noexcept {
+    if constexpr (!direct_capable) {
+      (void)p;
+      return false;
+    } else {
+      if constexpr (std::is_same_v<clipping_type, clip_grad_norm>) {
+        if (p.clipping.norm_type != 2.0f) return false;  // needs the master gradients
+      }
+      return true;
+    }
+  }
+
+  /// The optimizer's pass on the model's gradients (per-slot pointers, as bound in p.grads); with
+  /// working weights that are not the master weights, a working-weights column goes first in the
+  /// lists and is written from the updated master weights in the same pass (each row's slot
+  /// found from its master pointer's offset).
+  template <class Parts>
+  void direct_step(Parts& p, const optimizer_step_args& a) {
+    const std::size_t slots = p.layout.size();
+    grad_ptrs_.resize(slots);
+    for (std::size_t s = 0; s < slots; ++s) grad_ptrs_[s] = p.grads.template pointer<1>(s);
+    const slot_gradients<working_type> grads{grad_ptrs_.data()};
+    if (p.zero_copy) {
+      p.state.for_each_group(
+          p.optimizer, a, p.master, grads, p.groups,
+          [](const auto& lists, const auto& op) { detail::simd_for_each(lists, op); });
+      return;
+    }
+    const float* const master = p.master;
+    p.state.for_each_group(
+        p.optimizer, a, p.master, grads, p.groups, [&](const auto& lists, const auto& op) {
+          using op_type = std::remove_cvref_t<decltype(op)>;
+          auto out = with_working_column<working_type>(lists);
+          for (std::size_t t = 0; t < lists.size(); ++t) {
+            const auto offset = static_cast<std::size_t>(lists.template pointer<0>(t) - master);
+            add_row(out, lists, t, p.weights_out.template pointer<0>(slot_at(p.layout, offset)),
+                    std::make_index_sequence<std::remove_cvref_t<decltype(lists)>::depth>{});
+          }
+          detail::simd_for_each(out, with_working_copy<op_type, working_type>{op});
+        });
+  }
+  /// The slot that starts at `offset` (the slots are in increasing offset order).
+  static std::size_t slot_at(const arena_layout& layout, std::size_t offset) {
+    const auto& slots = layout.slots();
+    const auto it = std::lower_bound(
+        slots.begin(), slots.end(), offset,
+        [](const arena_layout::slot& sl, std::size_t off) { return sl.offset < off; });
+    return static_cast<std::size_t>(it - slots.begin());
+  }
+  template <class W, class... Ts>
+  static tensor_lists<W, Ts...> with_working_column(const tensor_lists<Ts...>& /*lists*/) {
+    return {};
+  }
+  template <class W, class... Ts, std::size_t... K>
+  static void add_row(tensor_lists<W, Ts...>& out, const tensor_lists<Ts...>& lists, std::size_t t,
+                      W* working, std::index_sequence<K...>) {
+    out.add(lists.numel(t), working, lists.template pointer<K>(t)...);
+  }
 
   /// The clipping coefficient folded into the optimizer's gradient scale. L2 clipping reuses the
   /// norm of the unscale pass; other norms and clipping by value take one pass of their own.
@@ -145,6 +275,11 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   }
 
   double sum_sq_ = 0.0;
+  std::vector<const working_type*> grad_ptrs_;  // the direct route's per-slot gradient pointers
+  float factor_ = 1.0f;  // the direct route's unscale factor (weight / loss scale)
+  bool direct_ = false;
+  bool allow_direct_ = true;
+  mutable bool master_grads_pending_ = false;
 };
 
 template <class Types>

@@ -168,7 +168,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     if constexpr (momentum_schedule_policy<schedule_type>) {
       if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
     }
-    backend_.begin_step(p_);
+    backend_.begin_step(p_, micro_batches.size());
     double loss = 0.0;
     for (std::size_t i = 0; i < micro_batches.size(); ++i) {
       const float l = observe(step_phase::forward_backward, [&] {
@@ -245,8 +245,14 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       return device_span<float>{p_.master, p_.size()};
     }
   }
-  /// fp32 master gradients of the last step (in the model's space).
-  [[nodiscard]] auto master_gradients() const noexcept { return p_.master_grad.all(); }
+  /// fp32 master gradients of the last step (in the model's space): the model's gradients times
+  /// the accumulation weight over the loss scale, accumulated. After a step on the host backend's
+  /// direct route (docs/train.md) they are computed from the model's gradients on the first call,
+  /// which must therefore still hold that step's gradients.
+  [[nodiscard]] auto master_gradients() const {
+    backend_.materialize_master_gradients(p_);
+    return std::as_const(p_.master_grad).all();
+  }
   /// The optimizer state (the offload engine's, after waiting for a pending delayed update).
   [[nodiscard]] state_type& optimizer_state() noexcept(!offloaded) {
     if constexpr (offloaded) {

@@ -139,8 +139,12 @@ class cuda_backend : public backend_types<Types, cuda_space, offload::cuda_trans
     }
   }
 
+  /// Nothing to compute: the CUDA backend always writes the master gradients.
   template <class Parts>
-  void begin_step(Parts& p) {
+  void materialize_master_gradients(const Parts& /*p*/) const noexcept {}
+
+  template <class Parts>
+  void begin_step(Parts& p, std::size_t /*micro_batches*/) {
     device_step_scratch* s = scratch_.data();
     // The device keeps the scaler's state from step to step; it is uploaded (which waits for the
     // stream) only when the host's differs from what the last step read back: after a restore, a

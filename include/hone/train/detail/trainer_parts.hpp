@@ -257,10 +257,12 @@ struct trainer_parts {
   [[no_unique_address]] typename Types::constraint_type constraint;
   typename Types::scaler_type scaler;
   arena_layout layout;
-  arena<float, Space> own_master;   // the master weights, unless the model's or the engine's
-  arena<float, Space> master_grad;  // the fp32 master gradients (one flat arena)
-  float* master = nullptr;          // the fp32 master weights (in Space; host with offload)
-  bool zero_copy = false;           // master IS the model's fp32 weights (bound arena views)
+  arena<float, Space> own_master;  // the master weights, unless the model's or the engine's
+  // the fp32 master gradients (one flat arena); mutable: after a direct-route step (host
+  // backend) they are computed from the model's gradients when first asked for
+  mutable arena<float, Space> master_grad;
+  float* master = nullptr;  // the fp32 master weights (in Space; host with offload)
+  bool zero_copy = false;   // master IS the model's fp32 weights (bound arena views)
   [[no_unique_address]] local_state_type state;
   arena<working_type, Space> work;        // offload: flat working weights (unless the model's)
   working_type* device_params = nullptr;  // offload: the working weights the engine publishes
@@ -272,7 +274,7 @@ struct trainer_parts {
   std::vector<param_group> groups;
   std::uint64_t step = 0;  // applied updates
 
-  [[nodiscard]] float* master_grad_data() noexcept { return master_grad.all().data(); }
+  [[nodiscard]] float* master_grad_data() const noexcept { return master_grad.all().data(); }
   [[nodiscard]] std::size_t size() const noexcept { return layout.total(); }
 };
 
