@@ -116,3 +116,18 @@ BOOST_AUTO_TEST_CASE(fp16_grads_match_the_unfused_reference) {
   check_unscale<hone::half>(0.0f);
   check_unscale<hone::half>(std::numeric_limits<float>::infinity());
 }
+
+BOOST_AUTO_TEST_CASE(read_only_sum_of_a_signalling_nan_is_the_storing_pass_bits) {
+  // The read-only pass widens fp16 with F16C, which quiets a signalling NaN; the storing pass's
+  // product quiets it too, so the sums (NaN, with a payload) must still be the same bits.
+  std::vector<hone::half> g(1000, hone::half(0.5f));
+  g[37] = hone::half::from_bits(0x7d01);   // signalling NaN with a payload
+  g[600] = hone::half::from_bits(0xfd55);  // negative signalling NaN
+  std::vector<float> master(g.size());
+  hone::tensor_lists<float, const hone::half> l;
+  l.add(g.size(), master.data(), g.data());
+  const double read_only = hone::unscaled_sum_of_squares(l, 0.25f);
+  const double stored = hone::unscale_accumulate_into(l, 0.25f, false);
+  BOOST_TEST(std::isnan(read_only));
+  BOOST_TEST(std::memcmp(&read_only, &stored, sizeof(double)) == 0);
+}
