@@ -42,8 +42,16 @@
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-#include <immintrin.h>
+#if !HONE_CUDA_COMPILER
+#include "hone/core/detail/simd.hpp"  // the target attributes, HONE_DETAIL_HAS_AVX512, active_isa
+#endif
+// The AVX-512 twins of the in-node search and reductions exist where hone's loops have an
+// AVX-512 target: in every optimized x86-64 build (chosen at run time, core/isa.hpp) or when the
+// flags target AVX-512. Not in CUDA device code (the scalar functions run there).
+#if defined(HONE_DETAIL_HAS_AVX512) && !HONE_CUDA_COMPILER
+#define HONE_DETAIL_SUM_TREE_AVX512 1
+#else
+#define HONE_DETAIL_SUM_TREE_AVX512 0
 #endif
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -168,10 +176,10 @@ HONE_HOST_DEVICE float node_min_scalar(const float* c) {
   return t[0];
 }
 
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
+#if HONE_DETAIL_SUM_TREE_AVX512
 /// node_sum_scalar<16> with AVX-512 (the same pairwise order: lanes i and i + 8, then halves).
 template <class T>
-inline double node_sum16_avx512(const T* c) {
+HONE_DETAIL_TARGET_AVX512 inline double node_sum16_avx512(const T* c) {
   __m512d lo;
   __m512d hi;
   if constexpr (std::is_same_v<T, float>) {
@@ -189,7 +197,7 @@ inline double node_sum16_avx512(const T* c) {
 }
 /// node_min_scalar<16> with AVX-512 (a minimum does not depend on the order).
 template <bool Leaves>
-inline float node_min16_avx512(const float* c) {
+HONE_DETAIL_TARGET_AVX512 inline float node_min16_avx512(const float* c) {
   __m512 v = _mm512_loadu_ps(c);
   if constexpr (Leaves) {
     const __mmask16 positive = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
@@ -204,31 +212,41 @@ inline float node_min16_avx512(const float* c) {
 }
 #endif
 
+/// The AVX-512 twins' tag: true_type runs them (Arity 16; the caller runs under the AVX-512
+/// target, sum_tree's with_isa), false_type the scalar functions.
+template <bool Wide>
+using wide_tag = std::bool_constant<Wide && HONE_DETAIL_SUM_TREE_AVX512>;
+/// What the functions without a tag run: the AVX-512 twins when the flags target AVX-512.
+#if HONE_DETAIL_SUM_TREE_AVX512 && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512DQ__) && defined(__AVX512VL__)
+using compiled_wide = std::true_type;
+#else
+using compiled_wide = std::false_type;
+#endif
+
 /// Sum of Arity children in a fixed pairwise order (see node_sum_scalar).
+template <std::size_t Arity, class T, bool Wide>
+HONE_HOST_DEVICE double node_sum(const T* c, std::bool_constant<Wide> /*wide*/) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+  if constexpr (Wide && Arity == 16) return node_sum16_avx512(c);
+#endif
+  return node_sum_scalar<Arity>(c);
+}
 template <std::size_t Arity, class T>
 HONE_HOST_DEVICE double node_sum(const T* c) {
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-  if constexpr (Arity == 16) {
-    return node_sum16_avx512(c);
-  } else {
-    return node_sum_scalar<Arity>(c);
-  }
-#else
-  return node_sum_scalar<Arity>(c);
-#endif
+  return node_sum<Arity>(c, compiled_wide{});
 }
 /// Smallest positive child (see node_min_scalar).
+template <std::size_t Arity, bool Leaves, bool Wide>
+HONE_HOST_DEVICE float node_min(const float* c, std::bool_constant<Wide> /*wide*/) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+  if constexpr (Wide && Arity == 16) return node_min16_avx512<Leaves>(c);
+#endif
+  return node_min_scalar<Arity, Leaves>(c);
+}
 template <std::size_t Arity, bool Leaves>
 HONE_HOST_DEVICE float node_min(const float* c) {
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-  if constexpr (Arity == 16) {
-    return node_min16_avx512<Leaves>(c);
-  } else {
-    return node_min_scalar<Arity, Leaves>(c);
-  }
-#else
-  return node_min_scalar<Arity, Leaves>(c);
-#endif
+  return node_min<Arity, Leaves>(c, compiled_wide{});
 }
 
 /// The end of the in-node search: given the interval ends (ends[j + 1] = P_j, ends[0] = 0) and
@@ -303,12 +321,12 @@ HONE_HOST_DEVICE std::size_t find_child_scalar(const T* c, double& u) {
   return child_from_ends_scalar<Arity>(c, ends, u);
 }
 
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
+#if HONE_DETAIL_SUM_TREE_AVX512
 /// The ends P_0..P_7 (p0) and P_8..P_15 (p1) of a 16-child node with AVX-512: the operations of
 /// find_child_scalar<16> on the same operands (so the same bits), one 8-lane vector per two
 /// groups.
 template <class T>
-inline void node_ends16_avx512(const T* c, __m512d& p0, __m512d& p1) {
+HONE_DETAIL_TARGET_AVX512 inline void node_ends16_avx512(const T* c, __m512d& p0, __m512d& p1) {
   __m512d v0;
   __m512d v1;
   if constexpr (std::is_same_v<T, float>) {
@@ -334,7 +352,7 @@ inline void node_ends16_avx512(const T* c, __m512d& p0, __m512d& p1) {
 }
 
 /// The number of ends P_j <= u (the child before the zero-child rule of finish_child).
-inline std::size_t count_ends16_avx512(__m512d p0, __m512d p1, double u) {
+HONE_DETAIL_TARGET_AVX512 inline std::size_t count_ends16_avx512(__m512d p0, __m512d p1, double u) {
   const __m512d uu = _mm512_set1_pd(u);
   return static_cast<std::size_t>(__builtin_popcount(_mm512_cmp_pd_mask(p0, uu, _CMP_LE_OQ)) +
                                   __builtin_popcount(_mm512_cmp_pd_mask(p1, uu, _CMP_LE_OQ)));
@@ -342,7 +360,7 @@ inline std::size_t count_ends16_avx512(__m512d p0, __m512d p1, double u) {
 
 /// find_child_scalar<16> with AVX-512 (the same child and the same `u`, bit for bit).
 template <class T>
-inline std::size_t find_child_avx512(const T* c, double& u) {
+HONE_DETAIL_TARGET_AVX512 inline std::size_t find_child_avx512(const T* c, double& u) {
   __m512d p0;
   __m512d p1;
   node_ends16_avx512(c, p0, p1);
@@ -356,59 +374,65 @@ inline std::size_t find_child_avx512(const T* c, double& u) {
 
 /// child_from_ends_scalar<16> with AVX-512.
 template <class T>
-inline std::size_t child_from_ends_avx512(const T* c, const double* ends, double& u) {
+HONE_DETAIL_TARGET_AVX512 inline std::size_t child_from_ends_avx512(const T* c, const double* ends,
+                                                                    double& u) {
   const std::size_t k =
       count_ends16_avx512(_mm512_loadu_pd(ends + 1), _mm512_loadu_pd(ends + 9), u);
   return finish_child<16>(c, ends, k, u);
 }
+/// node_ends_scalar<16> with AVX-512, into ends[0..16].
+template <class T>
+HONE_DETAIL_TARGET_AVX512 inline void node_ends16_store_avx512(const T* c, double* ends) {
+  __m512d p0;
+  __m512d p1;
+  node_ends16_avx512(c, p0, p1);
+  ends[0] = 0.0;
+  _mm512_storeu_pd(ends + 1, p0);
+  _mm512_storeu_pd(ends + 9, p1);
+}
 #endif
 
 /// node_ends_scalar, or its AVX-512 twin for 16 children.
+template <std::size_t Arity, class T, bool Wide>
+HONE_HOST_DEVICE void node_ends(const T* c, double* ends, std::bool_constant<Wide> /*wide*/) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+  if constexpr (Wide && Arity == 16) {
+    node_ends16_store_avx512(c, ends);
+    return;
+  }
+#endif
+  node_ends_scalar<Arity>(c, ends);
+}
 template <std::size_t Arity, class T>
 HONE_HOST_DEVICE void node_ends(const T* c, double* ends) {
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-  if constexpr (Arity == 16) {
-    __m512d p0;
-    __m512d p1;
-    node_ends16_avx512(c, p0, p1);
-    ends[0] = 0.0;
-    _mm512_storeu_pd(ends + 1, p0);
-    _mm512_storeu_pd(ends + 9, p1);
-  } else {
-    node_ends_scalar<Arity>(c, ends);
-  }
-#else
-  node_ends_scalar<Arity>(c, ends);
-#endif
+  node_ends<Arity>(c, ends, compiled_wide{});
 }
 
 /// child_from_ends_scalar, or its AVX-512 twin for 16 children.
+template <std::size_t Arity, class T, bool Wide>
+HONE_HOST_DEVICE std::size_t child_from_ends(const T* c, const double* ends, double& u,
+                                             std::bool_constant<Wide> /*wide*/) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+  if constexpr (Wide && Arity == 16) return child_from_ends_avx512(c, ends, u);
+#endif
+  return child_from_ends_scalar<Arity>(c, ends, u);
+}
 template <std::size_t Arity, class T>
 HONE_HOST_DEVICE std::size_t child_from_ends(const T* c, const double* ends, double& u) {
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-  if constexpr (Arity == 16) {
-    return child_from_ends_avx512(c, ends, u);
-  } else {
-    return child_from_ends_scalar<Arity>(c, ends, u);
-  }
-#else
-  return child_from_ends_scalar<Arity>(c, ends, u);
-#endif
+  return child_from_ends<Arity>(c, ends, u, compiled_wide{});
 }
 
-/// The in-node search (find_child_scalar, or its AVX-512 twin for 16 children when the compiler
-/// targets AVX-512).
+/// The in-node search: find_child_scalar, or its AVX-512 twin for 16 children.
+template <std::size_t Arity, class T, bool Wide>
+HONE_HOST_DEVICE std::size_t find_child(const T* c, double& u, std::bool_constant<Wide> /*wide*/) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+  if constexpr (Wide && Arity == 16) return find_child_avx512(c, u);
+#endif
+  return find_child_scalar<Arity>(c, u);
+}
 template <std::size_t Arity, class T>
 HONE_HOST_DEVICE std::size_t find_child(const T* c, double& u) {
-#if defined(__AVX512F__) && !HONE_CUDA_COMPILER
-  if constexpr (Arity == 16) {
-    return find_child_avx512(c, u);
-  } else {
-    return find_child_scalar<Arity>(c, u);
-  }
-#else
-  return find_child_scalar<Arity>(c, u);
-#endif
+  return find_child<Arity>(c, u, compiled_wide{});
 }
 
 /// Target of sample i of n stratified samples: (i + uniform) * total / n.
@@ -454,13 +478,15 @@ class sum_tree {
 
   /// Sets leaf i to p (p >= 0, finite; checked by the samplers) and recomputes its path.
   void set(std::size_t i, float p) noexcept {
-    leaves_[i] = p;
-    std::size_t e = i / Arity;
-    for (std::size_t l = layout_.depth; l-- > 0;) {
-      recompute(l, e);
-      e /= Arity;
-    }
-    recompute_top();
+    with_isa([&](auto wide) {
+      leaves_[i] = p;
+      std::size_t e = i / Arity;
+      for (std::size_t l = layout_.depth; l-- > 0;) {
+        recompute(l, e, wide);
+        e /= Arity;
+      }
+      recompute_top(wide);
+    });
   }
 
   /// Sets leaves idx[k] to p[k] (in order: a repeated index keeps its last value), then
@@ -473,21 +499,23 @@ class sum_tree {
         HONE_PREFETCH_WRITE(leaves_.data() + idx[k + prefetch_distance]);
       leaves_[idx[k]] = p[k];
     }
-    recompute_paths(idx);
+    with_isa([&](auto wide) { recompute_paths(idx, wide); });
   }
 
   /// Sets n leaves from `first` on (no wrap) to the same value: the adds of a batch.
   void fill(std::size_t first, std::size_t n, float p) noexcept {
     if (n == 0) return;
     std::fill_n(leaves_.data() + first, n, p);
-    std::size_t lo = first / Arity;
-    std::size_t hi = (first + n - 1) / Arity;
-    for (std::size_t l = layout_.depth; l-- > 0;) {
-      for (std::size_t e = lo; e <= hi; ++e) recompute(l, e);
-      lo /= Arity;
-      hi /= Arity;
-    }
-    recompute_top();
+    with_isa([&](auto wide) {
+      std::size_t lo = first / Arity;
+      std::size_t hi = (first + n - 1) / Arity;
+      for (std::size_t l = layout_.depth; l-- > 0;) {
+        for (std::size_t e = lo; e <= hi; ++e) recompute(l, e, wide);
+        lo /= Arity;
+        hi /= Arity;
+      }
+      recompute_top(wide);
+    });
   }
 
   /// Replaces every leaf (values.size() == capacity()) and rebuilds all sums in O(N): restoring a
@@ -503,22 +531,26 @@ class sum_tree {
 
   /// Recomputes every sum from the leaves.
   void rebuild() noexcept {
-    for (std::size_t l = layout_.depth; l-- > 0;) {
-      for (std::size_t e = 0; e < layout_.used[l]; ++e) recompute(l, e);
-    }
-    recompute_top();
+    with_isa([&](auto wide) {
+      for (std::size_t l = layout_.depth; l-- > 0;) {
+        for (std::size_t e = 0; e < layout_.used[l]; ++e) recompute(l, e, wide);
+      }
+      recompute_top(wide);
+    });
   }
 
   /// The leaf whose prefix interval holds `target` (0 <= target < total(); a target at or past
   /// the end gives the last positive leaf). total() must be positive.
   [[nodiscard]] std::size_t find(double target) const noexcept {
-    double u = target;
-    std::size_t node = 0;
-    for (std::size_t l = 0; l < layout_.depth; ++l) {
-      node = node * Arity +
-             detail::find_child<Arity>(sums_.data() + layout_.offset[l] + node * Arity, u);
-    }
-    return node * Arity + detail::find_child<Arity>(leaves_.data() + node * Arity, u);
+    return with_isa([&](auto wide) {
+      double u = target;
+      std::size_t node = 0;
+      for (std::size_t l = 0; l < layout_.depth; ++l) {
+        node = node * Arity +
+               detail::find_child<Arity>(sums_.data() + layout_.offset[l] + node * Arity, u, wide);
+      }
+      return node * Arity + detail::find_child<Arity>(leaves_.data() + node * Arity, u, wide);
+    });
   }
 
   /// find() for every target, the walks advanced level by level together (their memory reads
@@ -526,6 +558,13 @@ class sum_tree {
   /// 1, Arity, ... nodes for hundreds of walks) each node's interval ends are formed once and
   /// every walk through it only compares: the same arithmetic, so the same leaves, bit for bit.
   void find_batch(std::span<const double> targets, std::span<std::size_t> out) const noexcept {
+    with_isa([&](auto wide) { find_batch(targets, out, wide); });
+  }
+
+ private:
+  template <bool Wide>
+  void find_batch(std::span<const double> targets, std::span<std::size_t> out,
+                  std::bool_constant<Wide> wide) const noexcept {
     for (std::size_t begin = 0; begin < targets.size(); begin += batch_chunk) {
       const std::size_t n = std::min(batch_chunk, targets.size() - begin);
       double u[batch_chunk];
@@ -542,31 +581,33 @@ class sum_tree {
         if (shares_nodes(nodes, n)) {
           double ends[shared_nodes_max * (Arity + 1)];
           for (std::size_t x = 0; x < nodes; ++x) {
-            detail::node_ends<Arity>(level + x * Arity, ends + x * (Arity + 1));
+            detail::node_ends<Arity>(level + x * Arity, ends + x * (Arity + 1), wide);
           }
           for (std::size_t s = 0; s < n; ++s) {
             const std::size_t child =
-                node[s] * Arity + detail::child_from_ends<Arity>(
-                                      level + node[s] * Arity, ends + node[s] * (Arity + 1), u[s]);
+                node[s] * Arity + detail::child_from_ends<Arity>(level + node[s] * Arity,
+                                                                 ends + node[s] * (Arity + 1), u[s],
+                                                                 wide);
             node[s] = child;
             prefetch_child(next, child);
           }
         } else {
           for (std::size_t s = 0; s < n; ++s) {
             const std::size_t child =
-                node[s] * Arity + detail::find_child<Arity>(level + node[s] * Arity, u[s]);
+                node[s] * Arity + detail::find_child<Arity>(level + node[s] * Arity, u[s], wide);
             node[s] = child;
             prefetch_child(next, child);
           }
         }
       }
       for (std::size_t s = 0; s < n; ++s) {
-        node[s] =
-            node[s] * Arity + detail::find_child<Arity>(leaves_.data() + node[s] * Arity, u[s]);
+        node[s] = node[s] * Arity +
+                  detail::find_child<Arity>(leaves_.data() + node[s] * Arity, u[s], wide);
       }
     }
   }
 
+ public:
   /// Read-only views of the arrays (tests, the GPU parity test, saving a buffer).
   [[nodiscard]] std::span<const float> leaves() const noexcept {
     return {leaves_.data(), layout_.capacity};
@@ -593,32 +634,53 @@ class sum_tree {
     }
   }
 
+  /// Runs f(wide) once: with the AVX-512 tag when the instruction set hone's loops run on
+  /// (hone::active_isa: the CPU's best, or HONE_ISA / force_isa) is AVX-512, inside a function
+  /// compiled for it into which the tree's loops and the in-node functions are inlined
+  /// (flatten); else with the scalar tag. The two give the same bits (test_rl_avx512).
+  template <class F>
+  static decltype(auto) with_isa(F&& f) {
+#if HONE_DETAIL_SUM_TREE_AVX512
+    if (active_isa() == isa::avx512) return run_avx512(f);
+#endif
+    return f(detail::wide_tag<false>{});
+  }
+#if HONE_DETAIL_SUM_TREE_AVX512
+  template <class F>
+  HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN static decltype(auto) run_avx512(F& f) {
+    return f(detail::wide_tag<true>{});
+  }
+#endif
+
   // Entry e of level l from its Arity children (level l + 1, or the leaves under the last level).
-  void recompute(std::size_t l, std::size_t e) noexcept {
+  template <bool Wide>
+  void recompute(std::size_t l, std::size_t e, std::bool_constant<Wide> wide) noexcept {
     double* s = sums_.data() + layout_.offset[l];
     float* m = mins_.data() + layout_.offset[l];
     if (l + 1 == layout_.depth) {
       const float* c = leaves_.data() + e * Arity;
-      s[e] = detail::node_sum<Arity>(c);
-      m[e] = detail::node_min<Arity, true>(c);
+      s[e] = detail::node_sum<Arity>(c, wide);
+      m[e] = detail::node_min<Arity, true>(c, wide);
     } else {
       const std::size_t child = layout_.offset[l + 1] + e * Arity;
-      s[e] = detail::node_sum<Arity>(sums_.data() + child);
-      m[e] = detail::node_min<Arity, false>(mins_.data() + child);
+      s[e] = detail::node_sum<Arity>(sums_.data() + child, wide);
+      m[e] = detail::node_min<Arity, false>(mins_.data() + child, wide);
     }
   }
-  void recompute_top() noexcept {
-    total_ = detail::node_sum<Arity>(sums_.data());
-    min_ = detail::node_min<Arity, false>(mins_.data());
+  template <bool Wide>
+  void recompute_top(std::bool_constant<Wide> wide) noexcept {
+    total_ = detail::node_sum<Arity>(sums_.data(), wide);
+    min_ = detail::node_min<Arity, false>(mins_.data(), wide);
   }
-  void recompute_paths(std::span<const std::size_t> idx) noexcept {
+  template <bool Wide>
+  void recompute_paths(std::span<const std::size_t> idx, std::bool_constant<Wide> wide) noexcept {
     std::size_t e[batch_chunk];
     for (std::size_t begin = 0; begin < idx.size(); begin += batch_chunk) {
       const std::size_t n = std::min(batch_chunk, idx.size() - begin);
       for (std::size_t k = 0; k < n; ++k) e[k] = idx[begin + k] / Arity;
       for (std::size_t l = layout_.depth; l-- > 0;) {
         if (layout_.used[l] <= n) {
-          for (std::size_t x = 0; x < layout_.used[l]; ++x) recompute(l, x);  // small level
+          for (std::size_t x = 0; x < layout_.used[l]; ++x) recompute(l, x, wide);  // small level
         } else {
           double* s = sums_.data() + layout_.offset[l];
           float* m = mins_.data() + layout_.offset[l];
@@ -628,14 +690,14 @@ class sum_tree {
               HONE_PREFETCH_WRITE(s + e[k + prefetch_distance]);
               HONE_PREFETCH_WRITE(m + e[k + prefetch_distance]);
             }
-            if (e[k] != last) recompute(l, e[k]);
+            if (e[k] != last) recompute(l, e[k], wide);
             last = e[k];
           }
         }
         for (std::size_t k = 0; k < n; ++k) e[k] /= Arity;
       }
     }
-    recompute_top();
+    recompute_top(wide);
   }
 
   detail::sum_tree_layout layout_{};
