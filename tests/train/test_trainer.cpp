@@ -22,26 +22,26 @@ namespace {
 // y = w . x + b with mean squared error, in working type T. Storage either one contiguous block
 // laid out like hone's arena (zero-copy for fp32) or separate vectors.
 
-// fp32 model whose tensors live in one arena: the trainer uses them in place.
-struct bound_linear {
-  hone::arena_layout layout{sizeof(float)};
-  hone::arena<float> values, grads;
-  std::size_t dim;
-  explicit bound_linear(std::size_t d) : dim(d) {
+/// linear<T> whose weights and gradients live in two arenas laid out like the trainer's
+/// (bind_parameters style): in fp32 the trainer uses them in place (zero copy).
+template <class T>
+struct arena_linear {
+  hone::arena_layout layout{sizeof(T)};
+  hone::arena<T> values, grads;
+  linear<T> m;
+  explicit arena_linear(std::size_t d) : m(d) {
     layout.add("w", d);
     layout.add("bias", 1);
-    values = hone::arena<float>(layout);
-    grads = hone::arena<float>(layout);
-    linear<float> init(d);
-    std::copy(init.w.begin(), init.w.end(), values.view(0).begin());
-    values.view(1)[0] = init.b[0];
+    values = hone::arena<T>(layout);
+    grads = hone::arena<T>(layout);
+    std::copy(m.w.begin(), m.w.end(), values.view(0).begin());
+    values.view(1)[0] = m.b[0];
   }
-  std::vector<hone::parameter<float>> parameters() {
-    return {{"w", {dim}, values.view(0), grads.view(0)},
+  std::vector<hone::parameter<T>> parameters() {
+    return {{"w", {m.dim}, values.view(0), grads.view(0)},
             {"bias", {1}, values.view(1), grads.view(1)}};
   }
   float forward_backward(const batch& bt, float scale) {
-    linear<float> m(dim);
     std::copy(values.view(0).begin(), values.view(0).end(), m.w.begin());
     m.b[0] = values.view(1)[0];
     const float loss = m.forward_backward(bt, scale);
@@ -49,7 +49,16 @@ struct bound_linear {
     grads.view(1)[0] = m.gb[0];
     return loss;
   }
+  std::vector<float> weights() const {  // w then bias (the arena's padding left out)
+    std::vector<float> v;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      for (const T& x : values.view(i)) v.push_back(static_cast<float>(x));
+    }
+    return v;
+  }
 };
+
+using bound_linear = arena_linear<float>;
 
 batch concat(const std::vector<batch>& parts) {
   batch all;
@@ -284,6 +293,19 @@ bool same_reports(const hone::step_report& a, const hone::step_report& b) {
          a.loss_scale == b.loss_scale && a.skipped == b.skipped && a.step == b.step;
 }
 
+/// Two trainers' master weights, master gradients and optimizer state tensors are the same bits.
+template <class A, class B>
+void check_same_trainer_state(A& a, B& b) {
+  BOOST_TEST(same_bits(snapshot(a.master_weights()), snapshot(b.master_weights())));
+  BOOST_TEST(same_bits(snapshot(a.master_gradients()), snapshot(b.master_gradients())));
+  const auto sa = state_tensors(a);
+  const auto sb = state_tensors(b);
+  BOOST_TEST(sa.size() == sb.size());
+  for (std::size_t i = 0; i < sa.size() && i < sb.size(); ++i) {
+    BOOST_TEST(same_bits(sa[i], sb[i]), "state tensor " << i);
+  }
+}
+
 template <class T>
 std::vector<float> model_weights(const linear<T>& m) {
   std::vector<float> v;
@@ -330,14 +352,7 @@ void check_offload_parity(Precision prec, Opt opt, std::size_t bucket_bytes, int
       BOOST_TEST(same_reports(ra, rb), "step " << s);
       BOOST_TEST(same_bits(model_weights(a), model_weights(b)), "step " << s);
     }
-    BOOST_TEST(same_bits(snapshot(plain.master_weights()), snapshot(offl.master_weights())));
-    BOOST_TEST(same_bits(snapshot(plain.master_gradients()), snapshot(offl.master_gradients())));
-    const auto sa = state_tensors(plain);
-    const auto sb = state_tensors(offl);
-    BOOST_TEST(sa.size() == sb.size());
-    for (std::size_t i = 0; i < sa.size() && i < sb.size(); ++i) {
-      BOOST_TEST(same_bits(sa[i], sb[i]), "state tensor " << i);
-    }
+    check_same_trainer_state(plain, offl);
     BOOST_TEST(plain.steps_done() == offl.steps_done());
     BOOST_TEST((offl.scaler().state() == plain.scaler().state()));
   }
@@ -502,42 +517,6 @@ BOOST_AUTO_TEST_CASE(offload_restore_and_bad_configuration) {
 
 // ---- the host backend's direct route ----
 namespace {
-/// linear<T> whose weights and gradients live in two arenas laid out like the trainer's
-/// (bind_parameters style): a step of one micro-batch takes the direct route.
-template <class T>
-struct arena_linear {
-  hone::arena_layout layout{sizeof(T)};
-  hone::arena<T> values, grads;
-  linear<T> m;
-  explicit arena_linear(std::size_t d) : m(d) {
-    layout.add("w", d);
-    layout.add("bias", 1);
-    values = hone::arena<T>(layout);
-    grads = hone::arena<T>(layout);
-    std::copy(m.w.begin(), m.w.end(), values.view(0).begin());
-    values.view(1)[0] = m.b[0];
-  }
-  std::vector<hone::parameter<T>> parameters() {
-    return {{"w", {m.dim}, values.view(0), grads.view(0)},
-            {"bias", {1}, values.view(1), grads.view(1)}};
-  }
-  float forward_backward(const batch& bt, float scale) {
-    std::copy(values.view(0).begin(), values.view(0).end(), m.w.begin());
-    m.b[0] = values.view(1)[0];
-    const float loss = m.forward_backward(bt, scale);
-    std::copy(m.gw.begin(), m.gw.end(), grads.view(0).begin());
-    grads.view(1)[0] = m.gb[0];
-    return loss;
-  }
-  std::vector<float> weights() const {  // w then bias (the arena's padding left out)
-    std::vector<float> v;
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      for (const T& x : values.view(i)) v.push_back(static_cast<float>(x));
-    }
-    return v;
-  }
-};
-
 /// Trainers on arena_linear (one arena: zero-copy in fp32) and on linear<T> (separate vectors)
 /// taking the direct route on one micro-batch, against the same policies on linear<T> with the
 /// route forbidden (the master-gradient route): every report, the working and master weights,
@@ -575,20 +554,11 @@ void check_direct_route(int steps, int poison_at, Policies... policies) {
       BOOST_TEST(!ref.backend().direct());
       BOOST_TEST(same_reports(rc, rb));
       BOOST_TEST(same_bits(model_weights(c), model_weights(b)));
-      BOOST_TEST(same_bits(snapshot(scattered.master_weights()), snapshot(ref.master_weights())));
-      BOOST_TEST(
-          same_bits(snapshot(scattered.master_gradients()), snapshot(ref.master_gradients())));
+      check_same_trainer_state(scattered, ref);
       if (s == poison_at) BOOST_TEST(ra.skipped);  // fp16's scale also overflows by itself
       BOOST_TEST(same_reports(ra, rb));
       BOOST_TEST(same_bits(a.weights(), model_weights(b)));
-      BOOST_TEST(same_bits(snapshot(direct.master_weights()), snapshot(ref.master_weights())));
-      BOOST_TEST(same_bits(snapshot(direct.master_gradients()), snapshot(ref.master_gradients())));
-      const auto sa = state_tensors(direct);
-      const auto sb = state_tensors(ref);
-      BOOST_TEST(sa.size() == sb.size());
-      for (std::size_t i = 0; i < sa.size() && i < sb.size(); ++i) {
-        BOOST_TEST(same_bits(sa[i], sb[i]), "state tensor " << i);
-      }
+      check_same_trainer_state(direct, ref);
     }
   }
   BOOST_TEST(direct.steps_done() == ref.steps_done());

@@ -166,6 +166,18 @@ HONE_DETAIL_TARGET_AVX2_NOFMA inline __m256 widen8(const G* p) noexcept {
 /// Two 8-lane vectors of doubles on AVX-512; four 4-lane ones on AVX2. Taken for fp16 gradients
 /// (1.5-1.7x the buffered loop's speed on both targets, 64 Mi elements, 2 threads); for fp32 and
 /// bf16 the buffered loop was as fast or faster, so they keep it.
+/// The register loops' end: the tail's squares into lanes 0.., then the lanes summed in order.
+template <class G>
+inline double finish_sum_squares(double* acc, float factor, const G* g, std::size_t i,
+                                 std::size_t end) noexcept {
+  for (std::size_t l = 0; i < end; ++i, ++l) {
+    const auto m = static_cast<double>(factor * static_cast<float>(g[i]));
+    acc[l] += m * m;
+  }
+  double r = acc[0];
+  for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
+  return r;
+}
 template <class G>
 HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN inline double sum_squares_avx2(
     float factor, const G* HONE_RESTRICT g, std::size_t begin, std::size_t end) {
@@ -190,13 +202,7 @@ HONE_DETAIL_TARGET_AVX2_NOFMA HONE_DETAIL_FLATTEN inline double sum_squares_avx2
   _mm256_store_pd(acc + 4, a1);
   _mm256_store_pd(acc + 8, a2);
   _mm256_store_pd(acc + 12, a3);
-  for (std::size_t l = 0; i < end; ++i, ++l) {
-    const auto m = static_cast<double>(factor * static_cast<float>(g[i]));
-    acc[l] += m * m;
-  }
-  double r = acc[0];
-  for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
-  return r;
+  return finish_sum_squares(acc, factor, g, i, end);
 }
 #endif
 #if defined(HONE_DETAIL_HAS_AVX512) && defined(HONE_ISA_DISPATCH)
@@ -218,13 +224,7 @@ HONE_DETAIL_TARGET_AVX512 HONE_DETAIL_FLATTEN inline double sum_squares_avx512(
   alignas(64) double acc[reduce_lanes];
   _mm512_store_pd(acc, a0);
   _mm512_store_pd(acc + 8, a1);
-  for (std::size_t l = 0; i < end; ++i, ++l) {
-    const auto m = static_cast<double>(factor * static_cast<float>(g[i]));
-    acc[l] += m * m;
-  }
-  double r = acc[0];
-  for (std::size_t l = 1; l < reduce_lanes; ++l) r += acc[l];
-  return r;
+  return finish_sum_squares(acc, factor, g, i, end);
 }
 #endif
 
@@ -252,6 +252,29 @@ double unscale_add_range(float factor, float* master, const G* g, std::size_t be
 }
 }  // namespace detail
 
+namespace detail {
+/// The sum over the lists' chunks (make_chunks with `tuning.grain`) of range(pointers, begin,
+/// end), reduced deterministically: the skeleton both passes below share, so that they cut and
+/// add alike.
+template <class G, class Range>
+double reduce_unscale_chunks(const tensor_lists<float, const G>& lists, host_tuning tuning,
+                             const Range& range) {
+  if (lists.empty()) return 0.0;
+  const auto chunks = make_chunks(lists, tuning.grain);
+  return parallel_reduce_ranges(
+      chunks.size(), 1, 0.0,
+      [&](std::size_t begin, std::size_t end, double acc) {
+        for (std::size_t c = begin; c != end; ++c) {
+          const auto& ch = chunks[c];
+          acc += range(lists.template pointer<0>(ch.tensor), lists.template pointer<1>(ch.tensor),
+                       ch.begin, ch.end);
+        }
+        return acc;
+      },
+      plus{});
+}
+}  // namespace detail
+
 /// Runs unscale_accumulate over (master grads, working grads) lists on the host and returns the
 /// sum of squares of the master gradients afterwards (non-finite when any gradient was). Every
 /// product and sum is rounded on its own, whatever the compiler flags: the master gradients are
@@ -259,23 +282,11 @@ double unscale_add_range(float factor, float* master, const G* g, std::size_t be
 template <class G>
 double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float factor,
                                bool accumulate, host_tuning tuning = {}) {
-  if (lists.empty()) return 0.0;
-  const auto chunks = detail::make_chunks(lists, tuning.grain);
-  return detail::parallel_reduce_ranges(
-      chunks.size(), 1, 0.0,
-      [&](std::size_t begin, std::size_t end, double acc) {
-        for (std::size_t c = begin; c != end; ++c) {
-          const auto& ch = chunks[c];
-          acc += accumulate ? detail::unscale_add_range<G, true>(
-                                  factor, lists.template pointer<0>(ch.tensor),
-                                  lists.template pointer<1>(ch.tensor), ch.begin, ch.end)
-                            : detail::unscale_add_range<G, false>(
-                                  factor, lists.template pointer<0>(ch.tensor),
-                                  lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
-        }
-        return acc;
-      },
-      plus{});
+  return detail::reduce_unscale_chunks(
+      lists, tuning, [&](float* master, const G* g, std::size_t begin, std::size_t end) {
+        return accumulate ? detail::unscale_add_range<G, true>(factor, master, g, begin, end)
+                          : detail::unscale_add_range<G, false>(factor, master, g, begin, end);
+      });
 }
 
 /// The sum of squares unscale_accumulate_into(lists, factor, false) would return, bit for bit (the
@@ -285,19 +296,10 @@ double unscale_accumulate_into(const tensor_lists<float, const G>& lists, float 
 template <class G>
 double unscaled_sum_of_squares(const tensor_lists<float, const G>& lists, float factor,
                                host_tuning tuning = {}) {
-  if (lists.empty()) return 0.0;
-  const auto chunks = detail::make_chunks(lists, tuning.grain);
-  return detail::parallel_reduce_ranges(
-      chunks.size(), 1, 0.0,
-      [&](std::size_t begin, std::size_t end, double acc) {
-        for (std::size_t c = begin; c != end; ++c) {
-          const auto& ch = chunks[c];
-          acc += detail::unscale_add_range<G, false, false>(
-              factor, nullptr, lists.template pointer<1>(ch.tensor), ch.begin, ch.end);
-        }
-        return acc;
-      },
-      plus{});
+  return detail::reduce_unscale_chunks(
+      lists, tuning, [&](float* /*master*/, const G* g, std::size_t begin, std::size_t end) {
+        return detail::unscale_add_range<G, false, false>(factor, nullptr, g, begin, end);
+      });
 }
 
 /// working = W(master): the cast back to the working precision after an update.
