@@ -216,13 +216,6 @@ HONE_DETAIL_TARGET_AVX512 inline float node_min16_avx512(const float* c) {
 /// target, sum_tree's with_isa), false_type the scalar functions.
 template <bool Wide>
 using wide_tag = std::bool_constant<Wide && HONE_DETAIL_SUM_TREE_AVX512>;
-/// What the functions without a tag run: the AVX-512 twins when the flags target AVX-512.
-#if HONE_DETAIL_SUM_TREE_AVX512 && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512DQ__) && defined(__AVX512VL__)
-using compiled_wide = std::true_type;
-#else
-using compiled_wide = std::false_type;
-#endif
 
 /// Sum of Arity children in a fixed pairwise order (see node_sum_scalar).
 template <std::size_t Arity, class T, bool Wide>
@@ -232,10 +225,6 @@ HONE_HOST_DEVICE double node_sum(const T* c, std::bool_constant<Wide> /*wide*/) 
 #endif
   return node_sum_scalar<Arity>(c);
 }
-template <std::size_t Arity, class T>
-HONE_HOST_DEVICE double node_sum(const T* c) {
-  return node_sum<Arity>(c, compiled_wide{});
-}
 /// Smallest positive child (see node_min_scalar).
 template <std::size_t Arity, bool Leaves, bool Wide>
 HONE_HOST_DEVICE float node_min(const float* c, std::bool_constant<Wide> /*wide*/) {
@@ -243,10 +232,6 @@ HONE_HOST_DEVICE float node_min(const float* c, std::bool_constant<Wide> /*wide*
   if constexpr (Wide && Arity == 16) return node_min16_avx512<Leaves>(c);
 #endif
   return node_min_scalar<Arity, Leaves>(c);
-}
-template <std::size_t Arity, bool Leaves>
-HONE_HOST_DEVICE float node_min(const float* c) {
-  return node_min<Arity, Leaves>(c, compiled_wide{});
 }
 
 /// The end of the in-node search: given the interval ends (ends[j + 1] = P_j, ends[0] = 0) and
@@ -403,10 +388,6 @@ HONE_HOST_DEVICE void node_ends(const T* c, double* ends, std::bool_constant<Wid
 #endif
   node_ends_scalar<Arity>(c, ends);
 }
-template <std::size_t Arity, class T>
-HONE_HOST_DEVICE void node_ends(const T* c, double* ends) {
-  node_ends<Arity>(c, ends, compiled_wide{});
-}
 
 /// child_from_ends_scalar, or its AVX-512 twin for 16 children.
 template <std::size_t Arity, class T, bool Wide>
@@ -417,10 +398,6 @@ HONE_HOST_DEVICE std::size_t child_from_ends(const T* c, const double* ends, dou
 #endif
   return child_from_ends_scalar<Arity>(c, ends, u);
 }
-template <std::size_t Arity, class T>
-HONE_HOST_DEVICE std::size_t child_from_ends(const T* c, const double* ends, double& u) {
-  return child_from_ends<Arity>(c, ends, u, compiled_wide{});
-}
 
 /// The in-node search: find_child_scalar, or its AVX-512 twin for 16 children.
 template <std::size_t Arity, class T, bool Wide>
@@ -429,10 +406,6 @@ HONE_HOST_DEVICE std::size_t find_child(const T* c, double& u, std::bool_constan
   if constexpr (Wide && Arity == 16) return find_child_avx512(c, u);
 #endif
   return find_child_scalar<Arity>(c, u);
-}
-template <std::size_t Arity, class T>
-HONE_HOST_DEVICE std::size_t find_child(const T* c, double& u) {
-  return find_child<Arity>(c, u, compiled_wide{});
 }
 
 /// Target of sample i of n stratified samples: (i + uniform) * total / n.

@@ -214,9 +214,11 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   /// found from its master pointer's offset).
   template <class Parts>
   void direct_step(Parts& p, const optimizer_step_args& a) {
-    const std::size_t slots = p.layout.size();
-    grad_ptrs_.resize(slots);
-    for (std::size_t s = 0; s < slots; ++s) grad_ptrs_[s] = p.grads.template pointer<1>(s);
+    if (grad_ptrs_.empty()) {  // the model's tensors, bound once (p.grads, one row per slot)
+      for (std::size_t s = 0; s < p.layout.size(); ++s) {
+        grad_ptrs_.push_back(p.grads.template pointer<1>(s));
+      }
+    }
     const slot_gradients<working_type> grads{grad_ptrs_.data()};
     if (p.zero_copy) {
       p.state.for_each_group(

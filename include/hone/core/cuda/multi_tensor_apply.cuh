@@ -77,6 +77,16 @@ template <class T>
 __device__ __forceinline__ bool ilp_aligned(const T* p) {
   return reinterpret_cast<std::uintptr_t>(p) % (sizeof(T) * multi_tensor_ilp) == 0;
 }
+/// The ILP elements at p as one vector load, and their store (outputs only).
+template <class T>
+__device__ __forceinline__ ilp_vector<std::remove_const_t<T>> load_vector(T* p) {
+  return *reinterpret_cast<const ilp_vector<std::remove_const_t<T>>*>(p);
+}
+template <class T>
+__device__ __forceinline__ void store_vector_if_output(
+    T* p, const ilp_vector<std::remove_const_t<T>>& v) {
+  if constexpr (!std::is_const_v<T>) *reinterpret_cast<ilp_vector<T>*>(p) = v;
+}
 
 template <class Op, class... Ts, std::size_t... K>
 __device__ __forceinline__ void process_chunk(const Op& op, std::int64_t len,
@@ -91,15 +101,10 @@ __device__ __forceinline__ void process_chunk(const Op& op, std::int64_t len,
       const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * multi_tensor_ilp;
       for (std::int64_t i = static_cast<std::int64_t>(threadIdx.x) * multi_tensor_ilp; i < len;
            i += step) {
-        ::cuda::std::tuple<ilp_vector<std::remove_const_t<Ts>>...> r;
-        ((get<K>(r) = *reinterpret_cast<const ilp_vector<std::remove_const_t<Ts>>*>(p + i)), ...);
+        ::cuda::std::tuple<ilp_vector<std::remove_const_t<Ts>>...> r(load_vector(p + i)...);
 #pragma unroll
         for (int j = 0; j < multi_tensor_ilp; ++j) op(get<K>(r).v[j]...);
-        (store_if_output(reinterpret_cast<std::conditional_t<
-                             std::is_const_v<Ts>, const ilp_vector<std::remove_const_t<Ts>>,
-                             ilp_vector<std::remove_const_t<Ts>>>*>(p + i),
-                         get<K>(r)),
-         ...);
+        (store_vector_if_output(p + i, get<K>(r)), ...);
       }
       return;
     }
