@@ -12,6 +12,8 @@
 // coefficient; the host and device optimizers give the same bits, no FMA contraction on either
 // side), for a model whose tensors are separate buffers and for one laid out as an arena, with
 // buckets ending inside tensors; delayed mode tracks the host trainer's delayed offload.
+// With NCCL (hone::nccl): hone::dist::nccl_data_parallel over a one-rank nccl_comm takes the
+// local steps bit for bit.
 // Exits 77 (skipped) when no CUDA device is present.
 #define BOOST_TEST_MODULE hone_train_gpu
 #include <boost/test/unit_test.hpp>
@@ -36,6 +38,11 @@
 
 #include "../support/gpu.hpp"
 #include "../support/linear_model.hpp"
+
+#if defined(HONE_WITH_NCCL)
+#include <chrono>
+#include <hone/dist/nccl/data_parallel.hpp>
+#endif
 
 namespace {
 struct gpu_fixture {
@@ -330,3 +337,50 @@ BOOST_AUTO_TEST_CASE(fp16_gradient_reduction_with_l2_clipping_and_an_injected_in
       hone::adamw{}, hone::accumulate::steps<2>{}, hone::clip_grad_norm{.max_norm = 0.3f},
       halve_gradients{}, hone::constant_lr{.base_lr = 0.01});
 }
+
+#if defined(HONE_WITH_NCCL)
+// hone::dist::nccl_data_parallel over a one-rank nccl_comm (one GPU is what a test machine has):
+// the reduced gradients are the rank's own (sum and average over one rank are exact), so the CUDA
+// trainer with the policy takes the same steps bit for bit as without it: the events that order
+// the NCCL stream between the trainer's stream, the buckets (tiny here, so the 30 gradients are cut
+// into 5 slices) and the host waits all run. Step 4 carries an inf: both skip it.
+BOOST_AUTO_TEST_CASE(nccl_data_parallel_over_one_rank_is_the_local_step) {
+  using namespace std::chrono_literals;
+  cudaStream_t nccl_stream = nullptr;
+  HONE_CUDA_CHECK(cudaStreamCreateWithFlags(&nccl_stream, cudaStreamNonBlocking));
+  {
+    hone::dist::nccl_comm comm(hone::dist::nccl_unique_id::create(), 0, 1, nccl_stream, 20s);
+    const std::size_t dim = 29;
+    device_linear<hone::half> am(dim), bm(dim);
+    const auto scaler = hone::fp16_mixed<>{.scaler = {.init_scale = 1024, .growth_interval = 2}};
+    const hone::dist::nccl_data_parallel dp(
+        comm, {.bucket_bytes = 32, .first_bucket_bytes = 8, .average = true});
+    BOOST_TEST(dp.buckets(dim + 1).size() == 5u);
+    hone::trainer at(am, scaler, hone::adamw{}, hone::accumulate::steps<2>{},
+                     hone::clip_grad_norm{.max_norm = 0.3f}, dp,
+                     hone::constant_lr{.base_lr = 0.01});
+    hone::trainer bt(bm, scaler, hone::adamw{}, hone::accumulate::steps<2>{},
+                     hone::clip_grad_norm{.max_norm = 0.3f}, hone::constant_lr{.base_lr = 0.01});
+    const std::size_t total = at.layout().total();
+    for (int s = 0; s < 8; ++s) {
+      const std::vector<batch> parts{make_batch(6, dim, static_cast<unsigned>(70 + 2 * s)),
+                                     make_batch(10, dim, static_cast<unsigned>(71 + 2 * s))};
+      am.nan_in_grad = bm.nan_in_grad = s == 4 ? std::numeric_limits<float>::infinity() : 0.0f;
+      const auto ra = at.step(std::span<const batch>(parts));
+      const auto rb = bt.step(std::span<const batch>(parts));
+      BOOST_TEST_CONTEXT("step " << s) {
+        BOOST_TEST(ra.skipped == rb.skipped);
+        BOOST_TEST(ra.skipped == (s == 4));
+        BOOST_TEST(ra.loss == rb.loss);
+        BOOST_TEST(ra.loss_scale == rb.loss_scale);
+        if (!ra.skipped) BOOST_TEST(ra.grad_norm == rb.grad_norm);
+        BOOST_TEST(same_bits(download(at.master_weights().data(), total),
+                             download(bt.master_weights().data(), total)));
+        BOOST_TEST(same_bits(download(am.w.data(), dim), download(bm.w.data(), dim)));
+      }
+    }
+    BOOST_TEST(!comm.failed());
+  }
+  HONE_CUDA_CHECK(cudaStreamDestroy(nccl_stream));
+}
+#endif
