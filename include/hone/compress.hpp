@@ -8,6 +8,7 @@
 #include "hone/compress/lora_io.hpp"
 #include "hone/compress/prune.hpp"
 #include "hone/compress/prune_checkpoint.hpp"
+#include "hone/compress/qat.hpp"
 #include "hone/compress/quant.hpp"
 #include "hone/compress/quant_checkpoint.hpp"
 #include "hone/compress/quant_linear.hpp"
