@@ -2,8 +2,9 @@
 // Lines) with a saved offset index of 8 bytes per record, and Megatron-LM's .bin/.idx indexed
 // dataset layout, read and written byte for byte, the dataset concept a user's own type plugs
 // in through, samplers, and the loader that assembles batches on oneTBB threads with exact
-// mid-epoch resume, and sharded record files of independently decodable zstd frames
-// (docs/data.md).
+// mid-epoch resume (with pinned_batch, batches in one block of pinned memory that the CUDA stager
+// hone/data/cuda/staging.hpp copies to the device), and sharded record files of independently
+// decodable zstd frames (docs/data.md).
 #pragma once
 
 #include "hone/data/dataset.hpp"
@@ -11,6 +12,7 @@
 #include "hone/data/loader.hpp"
 #include "hone/data/loader_state.hpp"
 #include "hone/data/megatron.hpp"
+#include "hone/data/pinned_batch.hpp"
 #include "hone/data/sampler.hpp"
 #include "hone/data/shard.hpp"
 #include "hone/data/shard_format.hpp"

@@ -10,7 +10,10 @@ perfetto.protos.perfetto.trace.perfetto_trace_pb2.Trace (the schema the `perfett
 ships; its trace processor is not used: it downloads a binary) and checks the process and thread
 tracks (pid, tid, names), the slices of each thread (names, nesting, begin/end order), the flows
 from the loader's zones to the trainer's, and the counter track's values; then it checks the same
-in the JSON file.
+in the JSON file. The helper also feeds a synthetic device source (no GPU needed): its zones must
+be on a track of their own, "GPU 0 stream 7" (a named track under the process, not a thread; in
+JSON a thread with tid 2^30 + 1 of that name), nested gpu_step > gpu_kernel once per step, each
+between the end of that step's "consume" zone and the next one's begin.
 
 Exits 77 (CTest: skipped) when the perfetto or protobuf package is missing.
 """
@@ -46,6 +49,32 @@ EXPECTED_TRAINER = []
 for _ in range(3):
     EXPECTED_TRAINER += [(0, "consume")] + one_step()
 EXPECTED_LOADER = [(0, "load")] * 3
+EXPECTED_GPU = [(0, "gpu_step"), (1, "gpu_kernel")] * 3
+GPU_TRACK = "GPU 0 stream 7"
+
+
+def spans(events):
+    """events: (ts, 'B'|'E', name) in file order -> [(name, begin, end)] in begin order."""
+    out, stack = [], []
+    for ts, kind, name in events:
+        if kind == "B":
+            stack.append(len(out))
+            out.append([name, ts, None])
+        elif stack:
+            out[stack.pop()][2] = ts
+    return out
+
+
+def check_gpu_placement(gpu_events, trainer_events, where):
+    """Each gpu_step lies between the end of its step's consume zone and the next one's begin."""
+    consume = [s for s in spans(trainer_events) if s[0] == "consume"]
+    steps = [s for s in spans(gpu_events) if s[0] == "gpu_step"]
+    check(len(consume) == 3 and len(steps) == 3, f"{where}: 3 consume zones and 3 gpu_step slices")
+    for i, (_, b, e) in enumerate(steps[:len(consume)]):
+        lo = consume[i][2]
+        hi = consume[i + 1][1] if i + 1 < len(consume) else float("inf")
+        check(lo <= b and e is not None and e <= hi,
+              f"{where}: gpu_step {i} [{b}, {e}] is not inside its step's interval [{lo}, {hi}]")
 
 
 def nest(events, where):
@@ -113,6 +142,8 @@ def check_perfetto(path, info):
             for fid in te.terminating_flow_ids:
                 flows_in[fid] = (te.track_uuid, p.timestamp)
 
+    gpu = [t for t in tracks.values() if t.name == GPU_TRACK]
+    check(len(gpu) == 1, f"perfetto: one track named {GPU_TRACK}, got {len(gpu)}")
     procs = [t for t in tracks.values() if t.HasField("process")]
     check(len(procs) == 1 and procs[0].process.pid == info["pid"],
           f"perfetto: one process track with pid {info['pid']}")
@@ -132,6 +163,14 @@ def check_perfetto(path, info):
           "perfetto: the loader's slices")
     got = nest(slices.get(trainer.uuid, []), "perfetto trainer")
     check(got == EXPECTED_TRAINER, f"perfetto: the trainer's slices: {got}")
+    if len(gpu) == 1:
+        g = gpu[0]
+        check(not g.HasField("thread") and not g.HasField("process") and not g.HasField("counter"),
+              "perfetto: the GPU track is a plain named track")
+        check(procs and g.parent_uuid == procs[0].uuid, "perfetto: the GPU track is the process's")
+        got = nest(slices.get(g.uuid, []), "perfetto gpu")
+        check(got == EXPECTED_GPU, f"perfetto: the GPU track's slices: {got}")
+        check_gpu_placement(slices.get(g.uuid, []), slices.get(trainer.uuid, []), "perfetto")
 
     check(set(flows_out) == {1, 2, 3} and set(flows_in) == {1, 2, 3}, "perfetto: flows 1, 2, 3")
     for fid in flows_out:
@@ -165,6 +204,11 @@ def check_json(path, info):
           "json: the loader's slices")
     got = nest(thread_slices(info["trainer_tid"]), "json trainer")
     check(got == EXPECTED_TRAINER, f"json: the trainer's slices: {got}")
+    gpu_tid = (1 << 30) + 1
+    check(names.get((info["pid"], gpu_tid)) == GPU_TRACK, f"json: tid {gpu_tid} is named {GPU_TRACK}")
+    got = nest(thread_slices(gpu_tid), "json gpu")
+    check(got == EXPECTED_GPU, f"json: the GPU track's slices: {got}")
+    check_gpu_placement(thread_slices(gpu_tid), thread_slices(info["trainer_tid"]), "json")
     loss = [e["args"]["value"] for e in events if e["ph"] == "C" and e["name"] == "loss"]
     check(len(loss) == 3 and all(abs(a - b) <= 1e-6 * max(1, abs(b)) for a, b in zip(loss, info["losses"])),
           f"json: loss values {loss}")

@@ -417,3 +417,108 @@ BOOST_AUTO_TEST_CASE(phase_timer_ends_a_step_that_throws_and_the_next_step_start
   BOOST_TEST(t.observer().steps() == 2u);
   BOOST_TEST(t.observer().steps_failed() == 1u);
 }
+
+// -- device tracks: a device source's marks (hone/profile/cuda/zone.hpp's event pool implements
+//    the interface; a fake one here) become zones on a track of their own --
+
+namespace {
+class fake_device_source final : public hp::detail::device_source {
+ public:
+  std::vector<hp::device_mark> ready;
+  std::vector<bool> waits;
+  std::uint64_t dropped_zones = 0;
+  void collect(std::vector<hp::device_mark>& out, bool wait) override {
+    waits.push_back(wait);
+    out.insert(out.end(), ready.begin(), ready.end());
+    ready.clear();
+  }
+  std::string track_name(std::uint64_t id) override { return "fake stream " + std::to_string(id); }
+  std::uint64_t dropped() const override { return dropped_zones; }
+};
+
+/// Registers a fake device source for a scope.
+struct registered {
+  fake_device_source& s;
+  explicit registered(fake_device_source& src) : s(src) { hp::detail::device_sources().add(&s); }
+  ~registered() { hp::detail::device_sources().remove(&s); }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(device_marks_become_zones_on_a_track_of_their_own) {
+  fake_device_source src;
+  session s;
+  const registered reg(src);
+  s.c.set_time_offset_ns(10);
+  // Track 3: a > b, nested; track 4: an end whose begin was never seen (counted as dropped).
+  src.ready = {{3, true, "dev_a", 1000},
+               {3, true, "dev_b", 1200},
+               {3, false, nullptr, 1300},
+               {3, false, nullptr, 1600},
+               {4, false, nullptr, 1700}};
+  src.dropped_zones = 2;
+  const auto r = drain(s.c);
+  BOOST_TEST(r.threads.size() >= 2u);
+  const hp::thread_info* t3 = nullptr;
+  for (const auto& [serial, info] : r.threads) {
+    if (info.name == "fake stream 3") t3 = &r.threads.at(serial);
+  }
+  BOOST_REQUIRE(t3 != nullptr);
+  BOOST_TEST(t3->device);
+  BOOST_TEST(t3->serial > (std::uint64_t{1} << 62));  // apart from every thread's serial
+  BOOST_TEST(t3->tid == (std::uint64_t{1} << 30) + (t3->serial - (std::uint64_t{1} << 62)));
+  BOOST_TEST(t3->pid == hp::detail::os_process_id());
+  BOOST_TEST((r.script(t3->serial) == strings{"B:dev_a", "B:dev_b", "E:dev_b", "E:dev_a"}));
+  std::vector<std::uint64_t> times;
+  for (const auto& e : r.events)
+    if (e.serial == t3->serial) times.push_back(e.ns);
+  BOOST_TEST((times == std::vector<std::uint64_t>{1010, 1210, 1310, 1610}));  // offset added
+  BOOST_TEST(s.c.dropped_events() == 3u);  // the source's 2 and the unmatched end
+  BOOST_TEST((src.waits == std::vector<bool>{false}));
+  const auto sum = s.c.summary();
+  const auto a =
+      std::find_if(sum.begin(), sum.end(), [](auto& x) { return x.name == "dev_a (device)"; });
+  const auto b =
+      std::find_if(sum.begin(), sum.end(), [](auto& x) { return x.name == "dev_b (device)"; });
+  BOOST_REQUIRE(a != sum.end());
+  BOOST_REQUIRE(b != sum.end());
+  BOOST_TEST(a->count == 1u);
+  BOOST_TEST(a->total_ns == 600.0);
+  BOOST_TEST(b->total_ns == 100.0);
+  // A later drain announces the track once more only after discard(); wait is passed through.
+  src.ready = {{3, true, "dev_a", 2000}, {3, false, nullptr, 2100}};
+  recording_sink again;
+  hp::trace_sink* sinks[] = {&again};
+  s.c.drain(sinks, /*wait_device=*/true);
+  BOOST_TEST(again.threads.count(t3->serial) == 0u);
+  BOOST_TEST((again.script(t3->serial) == strings{"B:dev_a", "E:dev_a"}));
+  BOOST_TEST(src.waits.back());
+  s.c.discard();
+  src.ready = {{3, true, "dev_a", 3000}, {3, false, nullptr, 3100}};
+  const auto third = drain(s.c);
+  BOOST_TEST(third.threads.count(t3->serial) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(device_tracks_are_named_tracks_in_both_files) {
+  fake_device_source src;
+  const registered reg(src);
+  const auto pf = temp_path("device.pftrace");
+  const auto js = temp_path("device.json");
+  {
+    hp::trace tr(
+        {.perfetto = pf, .chrome_json = js, .flush_interval = std::chrono::milliseconds(0)});
+    src.ready = {{1, true, "kernel_zone", 5000}, {1, false, nullptr, 6000}};
+    tr.close();
+    BOOST_TEST((src.waits.back()));  // close() waits for pending device zones
+  }
+  const std::string b = read_text(pf);
+  BOOST_TEST(b.find("fake stream 1") != std::string::npos);
+  BOOST_TEST(b.find("kernel_zone") != std::string::npos);
+  const std::string j = read_text(js);
+  const std::string tid = "\"tid\":" + std::to_string((std::uint64_t{1} << 30) + 1);
+  BOOST_TEST(j.find("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" +
+                    std::to_string(hp::detail::os_process_id()) + "," + tid +
+                    ",\"args\":{\"name\":\"fake stream 1\"}") != std::string::npos);
+  BOOST_TEST(j.find("\"ph\":\"B\",\"name\":\"kernel_zone\",\"pid\":" +
+                    std::to_string(hp::detail::os_process_id()) + "," + tid + ",\"ts\":5.000") !=
+             std::string::npos);
+}

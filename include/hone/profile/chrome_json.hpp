@@ -4,8 +4,9 @@
 //
 // Zones are B/E pairs on their thread (pid, tid), counters "C" events (one series per name, in
 // the process), thread names "M" thread_name metadata, flows "s"/"f" events bound to the
-// enclosing zone (category "flow"). Times are microseconds of steady_clock with nanosecond
-// digits.
+// enclosing zone (category "flow"). A GPU stream's device zones (thread_info::device) are B/E
+// pairs on a thread of their own: tid 2^30 + n, named "GPU 0 stream 13" by its thread_name. Times
+// are microseconds of steady_clock with nanosecond digits.
 #pragma once
 
 #include <bit>

@@ -1,8 +1,10 @@
 // hone/profile/collector.hpp: the one reader of every thread's buffer. drain() hands each new
 // event, in each thread's order, to a sink with its time in steady_clock nanoseconds, gives the
 // consumed chunks back to the pool, forgets threads that exited once their events are read, and
-// keeps per-zone duration statistics. At most one collector exists at a time (the buffers are
-// single-consumer): hone::profile::trace owns one.
+// keeps per-zone duration statistics. It also reads the device sources (hone/profile/cuda/zone.hpp:
+// CUDA zones' completed events) and hands their zones to the sinks on one track per GPU stream.
+// At most one collector exists at a time (the buffers are single-consumer): hone::profile::trace
+// owns one.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "hone/core/error.hpp"
 #include "hone/profile/clock.hpp"
 #include "hone/profile/detail/buffer.hpp"
+#include "hone/profile/detail/device_track.hpp"
 #include "hone/profile/stats.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -32,6 +35,10 @@ struct thread_info {
   std::uint64_t tid = 0;     ///< the operating system's thread id
   std::uint32_t pid = 0;
   std::string name;  ///< set_thread_name's, or empty
+  /// A device track (a GPU stream's zones, hone/profile/cuda/zone.hpp), not an OS thread: the
+  /// n-th device track seen (from 1) has `serial` 2^62 + n (apart from the threads'), `tid`
+  /// 2^30 + n (above any Linux thread id) and `name` the track's ("GPU 0 stream 13").
+  bool device = false;
 };
 
 /// What a collector hands events to. A begin/end pair is always matched: an end is passed only
@@ -62,8 +69,10 @@ class collector {
   collector& operator=(const collector&) = delete;
 
   /// Reads every event recorded since the last drain into `sinks` (none: the events are
-  /// discarded, statistics included).
-  void drain(std::span<trace_sink* const> sinks) {
+  /// discarded, statistics included), then the device zones that completed. With `wait_device`,
+  /// first waits for the device zones recorded so far (a trace being closed: synchronizing with
+  /// their events).
+  void drain(std::span<trace_sink* const> sinks, bool wait_device = false) {
     auto& reg = detail::registry::get();
     auto& pool = detail::thread_buffer::pool();
     reg.for_each([&](detail::thread_buffer& b) {
@@ -112,6 +121,7 @@ class collector {
       });
       gone_.clear();
     }
+    drain_devices(sinks, wait_device);
     for (trace_sink* s : sinks) s->flush();
   }
 
@@ -127,7 +137,9 @@ class collector {
     drain({});
     // The sinks of later drains have not seen the threads yet (their names included).
     for (auto& [serial, st] : threads_) st.announced = false;
+    for (auto& [key, st] : devices_) st.announced = false;
     stats_.clear();
+    device_stats_.clear();
     by_pointer_.clear();
     dropped_base_ = dropped_total();
   }
@@ -139,10 +151,14 @@ class collector {
   }
 
   /// Count, total, mean, p50/p95/p99 and max of each zone name's durations, on every thread,
-  /// over the zones that ended in the events drained so far (largest total first).
+  /// over the zones that ended in the events drained so far (largest total first). Device zones
+  /// have rows of their own, named "<name> (device)".
   [[nodiscard]] std::vector<summary_row> summary() const {
     std::vector<summary_row> rows;
     for (const auto& [name, s] : stats_) rows.push_back(make_row(std::string(name), s, 1.0));
+    for (const auto& [name, s] : device_stats_) {
+      rows.push_back(make_row(std::string(name) + " (device)", s, 1.0));
+    }
     std::sort(rows.begin(), rows.end(),
               [](const summary_row& a, const summary_row& b) { return a.total_ns > b.total_ns; });
     return rows;
@@ -156,6 +172,61 @@ class collector {
     std::uint64_t dropped = 0;
     std::vector<std::pair<const char*, std::uint64_t>> open;  // open zones: name, begin ns
   };
+
+  /// A device track: its thread_info and open zones.
+  struct device_state {
+    thread_info info;
+    bool announced = false;
+    std::vector<std::pair<const char*, std::uint64_t>> open;
+  };
+
+  /// Reads every device source's completed marks into the sinks, one track per source track.
+  void drain_devices(std::span<trace_sink* const> sinks, bool wait) {
+    for (detail::device_source* src : detail::device_sources().list()) {
+      marks_.clear();
+      src->collect(marks_, wait);
+      for (const device_mark& m : marks_) {
+        auto [it, fresh] = devices_.try_emplace({src, m.track});
+        device_state& st = it->second;
+        if (fresh) {
+          st.info.serial = (std::uint64_t{1} << 62) + devices_.size();
+          st.info.tid = (std::uint64_t{1} << 30) + devices_.size();
+          st.info.pid = detail::os_process_id();
+          st.info.name = src->track_name(m.track);
+          st.info.device = true;
+        }
+        if (!st.announced) {
+          st.announced = !sinks.empty();
+          for (trace_sink* s : sinks) s->thread(st.info);
+        }
+        const char* name = m.name;
+        event_kind kind = event_kind::begin;
+        if (m.begin) {
+          st.open.emplace_back(name, m.ns);
+        } else {
+          if (st.open.empty()) {
+            ++unmatched_ends_;
+            continue;
+          }
+          const auto [begin_name, begin_ns] = st.open.back();
+          st.open.pop_back();
+          name = begin_name;
+          kind = event_kind::end;
+          device_stats_[std::string_view(begin_name)].add(m.ns >= begin_ns ? m.ns - begin_ns : 0);
+        }
+        for (trace_sink* s : sinks) s->event(st.info, kind, name, shifted(m.ns), 0);
+      }
+    }
+  }
+
+  /// A time with the offset added (0 where the offset would make it negative).
+  [[nodiscard]] std::uint64_t shifted(std::uint64_t ns) const noexcept {
+    if (offset_ns_ < 0) {
+      const auto back = static_cast<std::uint64_t>(-(offset_ns_ + 1)) + 1;  // no overflow at min
+      return ns >= back ? ns - back : 0;
+    }
+    return ns + static_cast<std::uint64_t>(offset_ns_);
+  }
 
   void process(state& st, const event& e, std::span<trace_sink* const> sinks) {
     const std::uint64_t ns = cal_->to_ns(e.ticks);
@@ -172,13 +243,7 @@ class collector {
       name = begin_name;
       stats_for(begin_name).add(ns >= begin_ns ? ns - begin_ns : 0);
     }
-    std::uint64_t at = ns;
-    if (offset_ns_ < 0) {
-      const auto back = static_cast<std::uint64_t>(-(offset_ns_ + 1)) + 1;  // no overflow at min
-      at = ns >= back ? ns - back : 0;
-    } else {
-      at = ns + static_cast<std::uint64_t>(offset_ns_);
-    }
+    const std::uint64_t at = shifted(ns);
     for (trace_sink* s : sinks) s->event(st.info, e.kind, name, at, e.arg);
   }
 
@@ -193,6 +258,7 @@ class collector {
   [[nodiscard]] std::uint64_t dropped_total() const noexcept {
     std::uint64_t d = dropped_exited_;
     for (const auto& [serial, st] : threads_) d += st.dropped;
+    for (const detail::device_source* src : detail::device_sources().list()) d += src->dropped();
     return d + unmatched_ends_;
   }
 
@@ -205,6 +271,9 @@ class collector {
   std::uint64_t unmatched_ends_ = 0;
   std::map<std::string_view, duration_stats> stats_;  // node-based: pointers to values stay
   std::unordered_map<const char*, duration_stats*> by_pointer_;
+  std::map<std::pair<const detail::device_source*, std::uint64_t>, device_state> devices_;
+  std::vector<device_mark> marks_;
+  std::map<std::string_view, duration_stats> device_stats_;
 };
 
 }  // namespace profile

@@ -9,6 +9,8 @@
 //  - a thread track per thread (TrackDescriptor.thread: pid, tid, thread_name; parent the process
 //    track), described again when the thread is renamed;
 //  - a counter track per counter name (TrackDescriptor.name + counter; parent the process track);
+//  - a track per GPU stream that device zones ran on (thread_info::device; TrackDescriptor.name
+//    "GPU 0 stream 13", parent the process track), with the device zones as slices;
 //  - zones are TrackEvent TYPE_SLICE_BEGIN / TYPE_SLICE_END on their thread's track, counters
 //    TYPE_COUNTER with double_counter_value, flows TYPE_INSTANT events inside the open zone with
 //    flow_ids (start) or terminating_flow_ids (end);
@@ -93,6 +95,16 @@ class perfetto_writer final : public trace_sink {
   void thread(const thread_info& t) override {
     namespace f = perfetto_fields;
     ensure_process(t.pid);
+    if (t.device) {
+      packet([&](detail::proto_writer& p) {
+        p.message(f::track_descriptor, [&](detail::proto_writer& td) {
+          td.uint(f::td_uuid, track_uuid(t));
+          td.uint(f::td_parent_uuid, process_uuid(t.pid));
+          td.bytes(f::td_name, t.name);
+        });
+      });
+      return;
+    }
     packet([&](detail::proto_writer& p) {
       p.message(f::track_descriptor, [&](detail::proto_writer& td) {
         td.uint(f::td_uuid, thread_uuid(t));
@@ -134,7 +146,7 @@ class perfetto_writer final : public trace_sink {
             if (kind == event_kind::begin) type = f::type_slice_begin;
             if (kind == event_kind::end) type = f::type_slice_end;
             te.uint(f::te_type, type);
-            te.uint(f::te_track_uuid, thread_uuid(t));
+            te.uint(f::te_track_uuid, track_uuid(t));
             if (kind != event_kind::end) te.uint(f::te_name_iid, iid);
             if (kind == event_kind::flow_out) te.fixed64(f::te_flow_ids, arg);
             if (kind == event_kind::flow_in) te.fixed64(f::te_terminating_flow_ids, arg);
@@ -183,6 +195,12 @@ class perfetto_writer final : public trace_sink {
   [[nodiscard]] std::uint64_t thread_uuid(const thread_info& t) const {
     if (source_ != 0) return mix(0x50, t.pid, t.serial);
     return (std::uint64_t{0x50} << 56) | (std::uint64_t{t.pid} << 24) | (t.serial & 0xffffff);
+  }
+  /// A thread's track, or a device track's (kind 0x47: "G").
+  [[nodiscard]] std::uint64_t track_uuid(const thread_info& t) const {
+    if (!t.device) return thread_uuid(t);
+    if (source_ != 0) return mix(0x47, t.pid, t.serial);
+    return (std::uint64_t{0x47} << 56) | (std::uint64_t{t.pid} << 24) | (t.serial & 0xffffff);
   }
 
   /// Writes one TracePacket built by f, with `flags` as its sequence_flags; the first one of the

@@ -86,15 +86,19 @@ class trace {
   trace(const trace&) = delete;
   trace& operator=(const trace&) = delete;
 
-  /// Drains every thread's buffer into the files now. Rethrows an error of the background thread.
-  void flush() {
+  /// Drains every thread's buffer into the files now, and the device zones that completed (with
+  /// `wait_device`, every device zone recorded so far: their events are waited for). Rethrows an
+  /// error of the background thread.
+  void flush(bool wait_device = false) {
     const std::lock_guard lock(mu_);
     rethrow();
-    drain_locked();
+    collector_.drain(sinks_, wait_device);
   }
 
   /// Drains the rest, switches recording off (if the trace switched it on) and finishes the
-  /// files. Zones still open on some thread stay open in the files (the Perfetto UI shows them
+  /// files. Device zones (hone/profile/cuda/zone.hpp) whose events are still pending are waited
+  /// for here (their events synchronized), so every device zone recorded before close() is in
+  /// the files. Zones still open on some thread stay open in the files (the Perfetto UI shows them
   /// as unfinished). Idempotent.
   void close() {
     {
@@ -108,7 +112,7 @@ class trace {
     closed_ = true;
     if (opt_.enable) set_enabled(false);
     rethrow();
-    drain_locked();
+    collector_.drain(sinks_, /*wait_device=*/true);  // device zones recorded so far: waited for
     if (perfetto_) perfetto_->close();
     if (json_) json_->close();
   }
