@@ -4,9 +4,10 @@
 //
 // The element type is a parameter: float, hone::bfloat16, hone::half, or std::int8_t with one
 // float scale per block, per head, for K and for V (symmetric quantization, see write_token).
-// The memory comes from a hone memory space (hone/core/space.hpp), so the same pool can later sit
-// in device memory; the bookkeeping (free list) is host memory, and the element accessors that
-// read or write through the CPU require a host-accessible space.
+// The memory (elements, and int8 scales) comes from a hone memory space (hone/core/space.hpp):
+// host memory, or device memory with hone::cuda_space (hone/serve/cuda/kv_cache.cuh moves the
+// data there); the bookkeeping (free list) is host memory, and the element accessors that read or
+// write through the CPU require a host-accessible space.
 //
 // Layout of one block, for K and for V separately: [head][token][dim], so the tokens of one head
 // (what one attention head reads) are contiguous, and a per-head int8 scale covers one range.
@@ -112,6 +113,8 @@ class kv_block_pool {
   using element_type = T;
   using space_type = Space;
   static constexpr bool quantized = std::same_as<T, std::int8_t>;
+  /// int8 in host memory: the scales can be read through the CPU (scale()).
+  static constexpr bool host_scales = quantized && space_traits<Space>::host_accessible;
 
   kv_block_pool(kv_block_shape shape, std::size_t num_blocks) : shape_(shape), blocks_(num_blocks) {
     if (shape.block_tokens == 0 || shape.heads == 0 || shape.head_dim == 0) {
@@ -134,13 +137,26 @@ class kv_block_pool {
     }
     bytes_ = 2 * num_blocks * per * sizeof(T);
     data_ = static_cast<T*>(space_traits<Space>::allocate(bytes_));
-    if constexpr (quantized) scales_.assign(2 * num_blocks * shape.heads, 0.0f);
+    if constexpr (quantized) {
+      try {
+        scales_ = static_cast<float*>(space_traits<Space>::allocate(scale_bytes()));
+      } catch (...) {
+        space_traits<Space>::deallocate(data_, bytes_);
+        throw;
+      }
+      if constexpr (space_traits<Space>::host_accessible) {
+        std::fill_n(scales_, 2 * num_blocks * shape.heads, 0.0f);
+      }
+    }
     free_.reserve(num_blocks);
     for (std::size_t i = num_blocks; i-- > 0;) free_.push_back(static_cast<kv_block_id>(i));
   }
   kv_block_pool(const kv_block_pool&) = delete;
   kv_block_pool& operator=(const kv_block_pool&) = delete;
-  ~kv_block_pool() { space_traits<Space>::deallocate(data_, bytes_); }
+  ~kv_block_pool() {
+    space_traits<Space>::deallocate(data_, bytes_);
+    if constexpr (quantized) space_traits<Space>::deallocate(scales_, scale_bytes());
+  }
 
   [[nodiscard]] const kv_block_shape& shape() const noexcept { return shape_; }
   [[nodiscard]] std::size_t num_blocks() const noexcept { return blocks_; }
@@ -149,7 +165,8 @@ class kv_block_pool {
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
   /// Takes a free block; throws out_of_blocks_error when none is free (the pool is unchanged).
-  /// A quantized block starts with zero scales (its contents are otherwise unspecified).
+  /// A quantized block in host memory starts with zero scales (its contents are otherwise
+  /// unspecified); in device memory, the first write (slot 0) resets them.
   [[nodiscard]] kv_block_id allocate() {
     if (free_.empty()) {
       throw out_of_blocks_error("hone::serve::kv_block_pool: all " + std::to_string(blocks_) +
@@ -159,8 +176,8 @@ class kv_block_pool {
     }
     const kv_block_id id = free_.back();
     free_.pop_back();
-    if constexpr (quantized) {
-      std::fill_n(scales_.data() + scale_index(id, 0, 0), 2 * shape_.heads, 0.0f);
+    if constexpr (quantized && space_traits<Space>::host_accessible) {
+      std::fill_n(scales_ + scale_index(id, 0, 0), 2 * shape_.heads, 0.0f);
     }
     return id;
   }
@@ -182,9 +199,13 @@ class kv_block_pool {
   }
   /// int8 only: the dequantization scale of K (`which` 0) or V (1) of `head` in block `id`.
   [[nodiscard]] float scale(kv_block_id id, int which,
-                            std::size_t head) const noexcept requires quantized {
+                            std::size_t head) const noexcept requires host_scales {
     return scales_[scale_index(id, which, head)];
   }
+  /// int8 only: every scale, [block][K or V][head] (2 * heads floats per block), in `Space`
+  /// memory.
+  [[nodiscard]] float* scales() noexcept requires quantized { return scales_; }
+  [[nodiscard]] const float* scales() const noexcept requires quantized { return scales_; }
 
   /// Copies the first `tokens` tokens of block `from` (K, V and scales) into block `to`.
   void copy_tokens(kv_block_id from, kv_block_id to,
@@ -199,8 +220,8 @@ class kv_block_pool {
       }
     }
     if constexpr (quantized) {
-      std::copy_n(scales_.data() + scale_index(from, 0, 0), 2 * shape_.heads,
-                  scales_.data() + scale_index(to, 0, 0));
+      std::copy_n(scales_ + scale_index(from, 0, 0), 2 * shape_.heads,
+                  scales_ + scale_index(to, 0, 0));
     }
   }
 
@@ -227,6 +248,9 @@ class kv_block_pool {
   }
 
  private:
+  [[nodiscard]] std::size_t scale_bytes() const noexcept {
+    return 2 * blocks_ * shape_.heads * sizeof(float);
+  }
   [[nodiscard]] std::size_t scale_index(kv_block_id id, int which,
                                         std::size_t head) const noexcept {
     return (std::size_t(id) * 2 + std::size_t(which)) * shape_.heads + head;
@@ -288,7 +312,7 @@ class kv_block_pool {
   std::size_t blocks_;
   std::size_t bytes_ = 0;
   T* data_ = nullptr;
-  std::vector<float> scales_;      // int8 only: [block][K or V][head]
+  float* scales_ = nullptr;        // int8 only: [block][K or V][head], in Space memory
   std::vector<kv_block_id> free_;  // LIFO
 };
 

@@ -4,6 +4,10 @@
 // its tokens, confirmed by comparing the tokens and the parent block (a hash collision never
 // shares a wrong block); unreferenced cached blocks are evicted by LRU with a frequency term, and
 // pinned prefixes are never evicted.
+//
+// The bookkeeping is host code for any memory space; with Space = hone::cuda_space the blocks are
+// device memory (device_kv_cache), and the data moves through hone/serve/cuda/kv_cache.cuh, built
+// on append_with() below.
 #pragma once
 
 #include <algorithm>
@@ -69,6 +73,21 @@ struct kv_cache_stats {
   std::uint64_t refused = 0;          // operations refused with out_of_blocks_error
 };
 
+namespace detail {
+/// Throws config_error unless `k` and `v` hold `tokens` tokens' K and V (heads x head_dim each).
+inline void check_kv_sizes(const kv_block_shape& shape, const char* op, const char* unit,
+                           std::size_t tokens, std::size_t k, std::size_t v) {
+  const std::size_t te = shape.token_elements();
+  if (k != tokens * te || v != tokens * te) {
+    throw config_error("hone::serve::kv_cache::" + std::string(op) + ": " + std::to_string(tokens) +
+                       " tokens need " + std::to_string(tokens * te) + " K and V " + unit +
+                       " each (tokens x heads x head_dim = " + std::to_string(tokens) + " x " +
+                       std::to_string(shape.heads) + " x " + std::to_string(shape.head_dim) +
+                       "), got " + std::to_string(k) + " K and " + std::to_string(v) + " V");
+  }
+}
+}  // namespace detail
+
 /// The paged KV cache. Not thread-safe: one thread (the scheduler) drives it; the data of the
 /// blocks (pool().k_data/v_data) may be read by kernels between calls.
 template <class T, class Space = host_space>
@@ -113,6 +132,8 @@ class kv_cache {
     return free_blocks() + cached_blocks();
   }
   [[nodiscard]] std::size_t sequences() const noexcept { return seqs_.size(); }
+  /// Whether `seq` is a live sequence (made by add_sequence or fork, not freed).
+  [[nodiscard]] bool contains(kv_seq_id seq) const { return seqs_.contains(seq); }
   /// References held on block `id` (sequences and pins); 0 for a free or cached block.
   [[nodiscard]] std::size_t references(kv_block_id id) const {
     if (id >= meta_.size()) {
@@ -162,25 +183,37 @@ class kv_cache {
   }
 
   /// Appends one token with its K and V (heads * head_dim floats each, head-major).
-  void append(kv_seq_id seq, kv_token token, std::span<const float> k, std::span<const float> v) {
+  void append(kv_seq_id seq, kv_token token, std::span<const float> k,
+              std::span<const float> v) requires space_traits<Space>::host_accessible {
     append(seq, std::span<const kv_token>(&token, 1), k, v);
   }
 
   /// Appends tokens with their K and V (tokens.size() * heads * head_dim floats each, token-major,
   /// then head-major). All or nothing: out_of_blocks_error (or a size error) leaves the cache as
   /// it was. A full block is registered for prefix sharing when its chain is (below).
+  /// (A cache in device memory appends through hone/serve/cuda/kv_cache.cuh instead.)
   void append(kv_seq_id seq, std::span<const kv_token> tokens, std::span<const float> k,
-              std::span<const float> v) {
+              std::span<const float> v) requires space_traits<Space>::host_accessible {
+    (void)find(seq, "append");
+    detail::check_kv_sizes(shape(), "append", "floats", tokens.size(), k.size(), v.size());
+    append_with(seq, tokens, host_io{pool_, k, v, shape().token_elements()});
+  }
+
+  /// The bookkeeping of an append, with the data movement left to `io`; the host append above and
+  /// the CUDA appends of hone/serve/cuda/kv_cache.cuh are written with it. Checks that `seq`
+  /// exists and that the blocks are available (out_of_blocks_error, nothing changed), then
+  /// updates the block tables, reference counts and prefix table, calling, in this order:
+  ///   io.copy(from, to, n): copy on write, the first n tokens of block `from` (K, V and int8
+  ///     scales) into block `to` (at most once, before any write);
+  ///   io.write(first, count, block, slot): tokens [first, first + count) of this append go to
+  ///     slots [slot, slot + count) of `block` (slots [0, slot) already hold tokens; one call per
+  ///     run of tokens that lands in one block, in token order).
+  /// Both may only queue the work (a stream). An exception thrown by io leaves the bookkeeping
+  /// of the tokens already planned in place (their data not written): the sequence should then
+  /// be freed. The caller checks the sizes of its K and V.
+  template <class Io>
+  void append_with(kv_seq_id seq, std::span<const kv_token> tokens, Io&& io) {
     sequence& s = find(seq, "append");
-    const std::size_t te = shape().token_elements();
-    if (k.size() != tokens.size() * te || v.size() != tokens.size() * te) {
-      throw config_error(
-          "hone::serve::kv_cache::append: " + std::to_string(tokens.size()) + " tokens need " +
-          std::to_string(tokens.size() * te) +
-          " K and V floats each (tokens x heads x head_dim = " + std::to_string(tokens.size()) +
-          " x " + std::to_string(shape().heads) + " x " + std::to_string(shape().head_dim) +
-          "), got " + std::to_string(k.size()) + " K and " + std::to_string(v.size()) + " V");
-    }
     if (tokens.empty()) return;
     const std::size_t need = needed(s, tokens.size());
     if (need > available_blocks()) {
@@ -198,22 +231,25 @@ class kv_cache {
     if (s.length % bt != 0 && meta_[s.table.back()].refs > 1) {  // copy on write
       const kv_block_id old = s.table.back();
       const kv_block_id nb = take_block();
-      pool_.copy_tokens(old, nb, meta_[old].filled);
       std::copy_n(tokens_.data() + std::size_t(old) * bt, meta_[old].filled,
                   tokens_.data() + std::size_t(nb) * bt);
       meta_[nb].filled = meta_[old].filled;
       --meta_[old].refs;  // still referenced by another sequence: stays in use
       s.table.back() = nb;
       ++stats_.cow_copies;
+      io.copy(old, nb, std::size_t(meta_[nb].filled));
     }
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
+    for (std::size_t i = 0; i < tokens.size();) {
       if (s.length % bt == 0) s.table.push_back(take_block());
       const kv_block_id b = s.table.back();
       block_meta& m = meta_[b];
-      pool_.write_token(b, m.filled, m.filled, k.subspan(i * te, te), v.subspan(i * te, te));
-      tokens_[std::size_t(b) * bt + m.filled] = tokens[i];
-      ++m.filled;
-      ++s.length;
+      const std::size_t slot = m.filled;
+      const std::size_t n = std::min(tokens.size() - i, bt - slot);
+      std::copy_n(tokens.data() + i, n, tokens_.data() + std::size_t(b) * bt + slot);
+      m.filled = static_cast<std::uint32_t>(slot + n);
+      s.length += n;
+      io.write(i, n, b, slot);
+      i += n;
       if (m.filled == bt) on_full(s, s.table.size() - 1);
     }
   }
@@ -348,6 +384,21 @@ class kv_cache {
   struct hash128_hasher {
     std::size_t operator()(const hash128& h) const noexcept {
       return static_cast<std::size_t>(h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull));
+    }
+  };
+
+  // append_with's data movement for a host-accessible pool: element by element through the
+  // pool's accessors (which convert, and quantize int8).
+  struct host_io {
+    pool_type& pool;
+    std::span<const float> k, v;
+    std::size_t te;
+    void copy(kv_block_id from, kv_block_id to, std::size_t n) { pool.copy_tokens(from, to, n); }
+    void write(std::size_t first, std::size_t count, kv_block_id b, std::size_t slot) {
+      for (std::size_t j = 0; j < count; ++j) {
+        pool.write_token(b, slot + j, slot + j, k.subspan((first + j) * te, te),
+                         v.subspan((first + j) * te, te));
+      }
     }
   };
 
