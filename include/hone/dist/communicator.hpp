@@ -23,6 +23,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,6 +41,28 @@ class dist_error : public error {
 };
 
 namespace dist {
+
+namespace detail {
+/// What a started collective is, for messages: "all_reduce #3 (sum of 1000 float)". The strings
+/// are literals (a request carries the pointers, not copies).
+struct collective_label {
+  const char* op = "";
+  const char* detail = "";  // e.g. the reduction ("sum"), or ""
+  const char* type = "";    // the element type's name, or "" (then no parenthesis)
+  std::size_t count = 0;
+  std::uint64_t seq = 0;  // the collective's number on its communicator
+
+  [[nodiscard]] std::string describe() const {
+    std::string s = std::string(op) + " #" + std::to_string(seq);
+    if (type[0] != '\0') {
+      s += " (";
+      if (detail[0] != '\0') s += std::string(detail) + " of ";
+      s += std::to_string(count) + " " + type + ")";
+    }
+    return s;
+  }
+};
+}  // namespace detail
 
 /// The elementwise reductions of all_reduce and reduce_scatter (see the header comment for max's
 /// NaN and signed-zero rule).

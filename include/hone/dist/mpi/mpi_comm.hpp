@@ -524,45 +524,27 @@ class mpi_comm {
     }
 
     /// This collective's number on its communicator (0 for the first): the same on every rank.
-    [[nodiscard]] std::uint64_t sequence() const noexcept { return seq_; }
+    [[nodiscard]] std::uint64_t sequence() const noexcept { return label_.seq; }
 
    private:
     friend class mpi_comm;
     request(std::shared_ptr<detail::mpi_state> state, MPI_Request req, const char* op,
             const char* detail, std::size_t count, const char* type, std::uint64_t seq) noexcept
-        : state_(std::move(state)),
-          req_(req),
-          op_(op),
-          detail_(detail),
-          type_(type),
-          count_(count),
-          seq_(seq) {}
+        : state_(std::move(state)), req_(req), label_{op, detail, type, count, seq} {}
 
     void take(request& other) noexcept {
       state_ = std::move(other.state_);
       req_ = std::exchange(other.req_, MPI_REQUEST_NULL);
-      op_ = other.op_;
-      detail_ = other.detail_;
-      type_ = other.type_;
-      count_ = other.count_;
-      seq_ = other.seq_;
+      label_ = other.label_;
     }
 
-    [[nodiscard]] std::string describe() const {
-      std::string s = std::string(op_) + " #" + std::to_string(seq_);
-      if (type_[0] != '\0') {
-        s += " (";
-        if (detail_[0] != '\0') s += std::string(detail_) + " of ";
-        s += std::to_string(count_) + " " + type_ + ")";
-      }
-      return s;
-    }
+    [[nodiscard]] std::string describe() const { return label_.describe(); }
 
     [[noreturn, gnu::cold, gnu::noinline]] void timed_out(std::chrono::milliseconds timeout) const {
       throw dist_error("hone::dist::mpi_comm: " + describe() + " did not complete within " +
                        std::to_string(timeout.count()) + " ms on rank " +
                        std::to_string(state_->rank) + " of " + std::to_string(state_->size) + ": " +
-                       state_->missing_ranks(seq_) +
+                       state_->missing_ranks(label_.seq) +
                        ". A rank that has not started a collective skipped it, called another "
                        "one, is stuck, or died. The request is still pending: wait() again, or "
                        "end the job (mpi_comm::abort)");
@@ -584,11 +566,7 @@ class mpi_comm {
 
     std::shared_ptr<detail::mpi_state> state_;
     MPI_Request req_ = MPI_REQUEST_NULL;
-    const char* op_ = "";
-    const char* detail_ = "";
-    const char* type_ = "";
-    std::size_t count_ = 0;
-    std::uint64_t seq_ = 0;
+    detail::collective_label label_;
   };
 
   /// Duplicates `base` (MPI must be initialized: hone::dist::mpi_environment or the program).

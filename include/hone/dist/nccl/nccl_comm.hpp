@@ -321,28 +321,18 @@ class nccl_comm {
     }
 
     /// This collective's number on its communicator (0 for the first): the same on every rank.
-    [[nodiscard]] std::uint64_t sequence() const noexcept { return seq_; }
+    [[nodiscard]] std::uint64_t sequence() const noexcept { return label_.seq; }
 
    private:
     friend class nccl_comm;
     request(std::shared_ptr<detail::nccl_state> state, cudaEvent_t event, const char* op,
             const char* detail, std::size_t count, const char* type, std::uint64_t seq) noexcept
-        : state_(std::move(state)),
-          event_(event),
-          op_(op),
-          detail_(detail),
-          type_(type),
-          count_(count),
-          seq_(seq) {}
+        : state_(std::move(state)), event_(event), label_{op, detail, type, count, seq} {}
 
     void take(request& other) noexcept {
       state_ = std::move(other.state_);
       event_ = std::exchange(other.event_, nullptr);
-      op_ = other.op_;
-      detail_ = other.detail_;
-      type_ = other.type_;
-      count_ = other.count_;
-      seq_ = other.seq_;
+      label_ = other.label_;
     }
 
     /// Gives the event back to the pool (an event still pending may be re-recorded later: its
@@ -359,15 +349,7 @@ class nccl_comm {
 
     [[nodiscard]] std::string where() const { return state_->where(); }
 
-    [[nodiscard]] std::string describe() const {
-      std::string s = std::string(op_) + " #" + std::to_string(seq_);
-      if (type_[0] != '\0') {
-        s += " (";
-        if (detail_[0] != '\0') s += std::string(detail_) + " of ";
-        s += std::to_string(count_) + " " + type_ + ")";
-      }
-      return s;
-    }
+    [[nodiscard]] std::string describe() const { return label_.describe(); }
 
     [[noreturn, gnu::cold, gnu::noinline]] void timed_out() {
       state_->failed = true;
@@ -382,11 +364,7 @@ class nccl_comm {
 
     std::shared_ptr<detail::nccl_state> state_;
     cudaEvent_t event_ = nullptr;
-    const char* op_ = "";
-    const char* detail_ = "";
-    const char* type_ = "";
-    std::size_t count_ = 0;
-    std::uint64_t seq_ = 0;
+    detail::collective_label label_;
   };
 
   /// Joins the communicator of `size` ranks named by `id` as `rank`, on the current CUDA device,
