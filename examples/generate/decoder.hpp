@@ -2,9 +2,11 @@
 //
 // Character-level (tokens are ASCII codes, vocabulary 128), learned token and position embeddings,
 // pre-LayerNorm blocks of causal multi-head attention and a GELU MLP, a final LayerNorm and an
-// output projection. Weights are random (a fixed seed): the text it writes is gibberish, but the
+// output projection. The weights are either random (a fixed seed: the text is gibberish, but the
 // arithmetic is that of a real decoder, so the cost of recomputing a prefix against reading its K
-// and V from a cache is the real one.
+// and V from a cache is the real one), or trained ones loaded from a safetensors file or a hone
+// checkpoint directory (decoder::load; train_tiny.py trains this very model in PyTorch and writes
+// such a file).
 //
 // One function computes one position: decoder::position(). It reads the K and V rows of the
 // earlier positions through a table of pointers (past_rows), so the same compiled code serves the
@@ -12,12 +14,25 @@
 // reading the earlier positions from the blocks of hone::serve::kv_cache (with or without prefix
 // sharing). The same code on the same inputs gives the same bits, which is what lets main.cpp
 // demand identical tokens from every mode.
+//
+// The tensors of a weights file (every matrix stored [in][out], applied as y = x W):
+//   tok_emb [vocab, d_model]        pos_emb [max_len, d_model]
+//   layers.<i>.ln1.weight, .ln1.bias [d_model]     layers.<i>.wq, .wk, .wv, .wo [d_model, d_model]
+//   layers.<i>.ln2.weight, .ln2.bias [d_model]     layers.<i>.w1 [d_model, d_ff]  .b1 [d_ff]
+//   layers.<i>.w2 [d_ff, d_model]  .b2 [d_model]   (i = 0 .. layers-1)
+//   ln_f.weight, ln_f.bias [d_model]               unembed [d_model, vocab]
+// The shapes give vocab, d_model, max_len, d_ff and the layer count; the head count comes from the
+// file's metadata entry "heads" or from the caller.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <hone/checkpoint/tensor_file.hpp>
+#include <hone/checkpoint/verify.hpp>
+#include <map>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -53,13 +68,16 @@ struct past_rows {
   }
 };
 
+/// A weights file that does not hold this decoder (decoder::load).
+class weights_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class decoder {
  public:
-  decoder(decoder_config c, std::uint64_t seed) : c_(c) {
-    if (c_.d_model % c_.heads != 0) {
-      throw std::invalid_argument("decoder: d_model " + std::to_string(c_.d_model) +
-                                  " is not a multiple of heads " + std::to_string(c_.heads));
-    }
+  /// Random weights from `seed` (normal, scaled by fan-in; LayerNorms at identity).
+  decoder(decoder_config c, std::uint64_t seed) : decoder(c) {
     std::mt19937_64 rng(seed);
     const auto fill = [&](std::vector<float>& w, std::size_t n, float scale) {
       std::normal_distribution<float> nd(0.0f, scale);
@@ -70,7 +88,6 @@ class decoder {
     fill(tok_emb_, c_.vocab * d, 1.0f);
     fill(pos_emb_, c_.max_len * d, 0.5f);
     const float wscale = 1.0f / std::sqrt(static_cast<float>(d));
-    layers_.resize(c_.layers);
     for (layer& l : layers_) {
       l.ln1_g.assign(d, 1.0f);
       l.ln1_b.assign(d, 0.0f);
@@ -90,17 +107,148 @@ class decoder {
     fill(unembed_, d * c_.vocab, 2.0f * wscale);
   }
 
+  /// Loads trained weights from `path`: a safetensors file (or hone's compressed .hct), or a hone
+  /// checkpoint directory (its MANIFEST is verified, then its model.safetensors or model.hct is
+  /// read). The configuration comes from the shapes (see the top of this file); `heads` is the head
+  /// count, 0 to take it from the metadata entry "heads" (both given: they must agree). Floating
+  /// tensors of any width (F32, BF16, F16, F64) are converted to float. Throws weights_error naming
+  /// the file and the missing tensor, the wrong shape (expected and found) or the wrong dtype.
+  static decoder load(const std::filesystem::path& path, std::size_t heads = 0) {
+    namespace ck = hone::checkpoint;
+    std::filesystem::path file = path;
+    if (std::filesystem::is_directory(path)) {
+      ck::verify_directory(path).require_ok(path.string());
+      file = path / ck::files::weights;
+      if (!std::filesystem::exists(file)) file = path / ck::files::weights_compressed;
+      if (!std::filesystem::exists(file)) {
+        throw weights_error("decoder: checkpoint directory '" + path.string() + "' has neither " +
+                            std::string(ck::files::weights) + " nor " +
+                            std::string(ck::files::weights_compressed));
+      }
+    } else if (!std::filesystem::exists(path)) {
+      throw weights_error("decoder: weights file '" + path.string() + "' does not exist");
+    }
+    const ck::tensor_file f = ck::tensor_file::open(file);
+    const std::string where = "decoder: '" + file.string() + "': ";
+    const auto fail = [&](const std::string& why) -> weights_error {
+      return weights_error(where + why);
+    };
+
+    // The configuration, from the shapes of a few tensors.
+    const auto need = [&](const std::string& name) -> const ck::tensor_info& {
+      const ck::tensor_info* t = f.find(name);
+      if (t == nullptr) throw fail("tensor '" + name + "' is missing");
+      return *t;
+    };
+    const auto dim = [&](const std::string& name, std::size_t rank, std::size_t i) {
+      const ck::tensor_info& t = need(name);
+      if (t.shape.size() != rank) {
+        throw fail("tensor '" + name + "' has shape " + ck::shape_string(t.shape) +
+                   ", expected a tensor of rank " + std::to_string(rank));
+      }
+      return static_cast<std::size_t>(t.shape[i]);
+    };
+    decoder_config c;
+    c.vocab = dim("tok_emb", 2, 0);
+    c.d_model = dim("tok_emb", 2, 1);
+    c.max_len = dim("pos_emb", 2, 0);
+    c.d_ff = dim("layers.0.w1", 2, 1);
+    c.layers = 0;
+    while (f.find("layers." + std::to_string(c.layers) + ".wq") != nullptr) ++c.layers;
+    if (c.vocab == 0 || c.d_model == 0 || c.max_len == 0 || c.d_ff == 0) {
+      throw fail("a dimension is 0 (vocab " + std::to_string(c.vocab) + ", d_model " +
+                 std::to_string(c.d_model) + ", max_len " + std::to_string(c.max_len) + ", d_ff " +
+                 std::to_string(c.d_ff) + "): the model would compute nothing");
+    }
+    const auto meta = f.metadata().find("heads");
+    std::size_t meta_heads = 0;
+    if (meta != f.metadata().end()) {
+      const std::string& v = meta->second;
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(v) == 0) {
+        throw fail("metadata \"heads\" is '" + v + "', expected a positive integer");
+      }
+      meta_heads = std::stoul(v);
+    }
+    if (heads != 0 && meta_heads != 0 && heads != meta_heads) {
+      throw fail("the file's metadata says " + std::to_string(meta_heads) + " heads, the caller " +
+                 std::to_string(heads) + ": drop one or make them agree");
+    }
+    c.heads = heads != 0 ? heads : meta_heads;
+    if (c.heads == 0) {
+      throw fail(
+          "the head count is not in the file (no metadata entry \"heads\"): give it (--heads)");
+    }
+    if (c.d_model % c.heads != 0) {
+      throw fail("d_model " + std::to_string(c.d_model) + " is not a multiple of " +
+                 std::to_string(c.heads) + " heads");
+    }
+
+    // Every tensor: present, of the shape the configuration gives, floating point; no other.
+    decoder net(c);
+    std::map<std::string, bool, std::less<>> used;
+    for (const ck::tensor_info& t : f.tensors()) used[t.name] = false;
+    const auto read = [&](const std::string& name, std::vector<std::uint64_t> shape,
+                          std::vector<float>& out) {
+      const ck::tensor_info& t = need(name);
+      if (t.shape != shape) {
+        throw fail("tensor '" + name + "' has shape " + ck::shape_string(t.shape) + ", expected " +
+                   ck::shape_string(shape) + " (vocab " + std::to_string(c.vocab) + ", d_model " +
+                   std::to_string(c.d_model) + ", d_ff " + std::to_string(c.d_ff) + ", max_len " +
+                   std::to_string(c.max_len) + ")");
+      }
+      if (!hone::io::is_convertible_float(t.type)) {
+        throw fail("tensor '" + name + "' is " + std::string(hone::io::dtype_name(t.type)) +
+                   ", expected a floating-point dtype (F32, BF16, F16 or F64)");
+      }
+      out = f.read_as<float>(name);
+      used[name] = true;
+    };
+    const std::uint64_t v = c.vocab, d = c.d_model, ff = c.d_ff, ml = c.max_len;
+    read("tok_emb", {v, d}, net.tok_emb_);
+    read("pos_emb", {ml, d}, net.pos_emb_);
+    for (std::size_t li = 0; li < c.layers; ++li) {
+      layer& l = net.layers_[li];
+      const std::string p = "layers." + std::to_string(li) + ".";
+      read(p + "ln1.weight", {d}, l.ln1_g);
+      read(p + "ln1.bias", {d}, l.ln1_b);
+      read(p + "wq", {d, d}, l.wq);
+      read(p + "wk", {d, d}, l.wk);
+      read(p + "wv", {d, d}, l.wv);
+      read(p + "wo", {d, d}, l.wo);
+      read(p + "ln2.weight", {d}, l.ln2_g);
+      read(p + "ln2.bias", {d}, l.ln2_b);
+      read(p + "w1", {d, ff}, l.w1);
+      read(p + "b1", {ff}, l.b1);
+      read(p + "w2", {ff, d}, l.w2);
+      read(p + "b2", {d}, l.b2);
+    }
+    read("ln_f.weight", {d}, net.lnf_g_);
+    read("ln_f.bias", {d}, net.lnf_b_);
+    read("unembed", {d, v}, net.unembed_);
+    for (const auto& [name, was_used] : used) {
+      if (!was_used) {
+        throw fail("tensor '" + name + "' is not one of the decoder's (" +
+                   std::to_string(c.layers) +
+                   " layers found: layers.0 .. layers.N-1 must be numbered without gaps)");
+      }
+    }
+    return net;
+  }
+
   [[nodiscard]] const decoder_config& config() const noexcept { return c_; }
 
   /// Per-thread scratch of position().
   struct scratch {
     std::vector<float> x, h, q, att, ff, scores;
+    std::vector<float> logits;  // after position(): the vocab logits of the position computed
   };
 
   /// Computes position `pos` (token `token`) through every layer. `past` holds the rows of
   /// positions 0..pos-1; this position's K and V are written to k_out and v_out (kv_floats() each,
   /// [layer][head][dim], the layout of one token in the KV cache) and entered in `past` at pos.
-  /// Returns the index of the largest logit (greedy decoding; the first on ties).
+  /// Returns the index of the largest logit (greedy decoding; the first on ties); the logits are
+  /// left in s.logits.
   std::int32_t position(std::int32_t token, std::size_t pos, past_rows& past, float* k_out,
                         float* v_out, scratch& s) const {
     const std::size_t d = c_.d_model, hd = c_.head_dim(), nh = c_.heads;
@@ -169,11 +317,11 @@ class decoder {
     // Greedy: the argmax of the logits h * unembed, one column at a time.
     std::int32_t best = 0;
     float best_logit = -INFINITY;
-    s.ff.assign(c_.vocab, 0.0f);
-    matvec(s.h.data(), unembed_.data(), d, c_.vocab, s.ff.data());
+    s.logits.resize(c_.vocab);
+    matvec(s.h.data(), unembed_.data(), d, c_.vocab, s.logits.data());
     for (std::size_t t = 0; t < c_.vocab; ++t) {
-      if (s.ff[t] > best_logit) {
-        best_logit = s.ff[t];
+      if (s.logits[t] > best_logit) {
+        best_logit = s.logits[t];
         best = static_cast<std::int32_t>(t);
       }
     }
@@ -184,6 +332,14 @@ class decoder {
   struct layer {
     std::vector<float> ln1_g, ln1_b, wq, wk, wv, wo, ln2_g, ln2_b, w1, b1, w2, b2;
   };
+
+  explicit decoder(decoder_config c) : c_(c) {
+    if (c_.heads == 0 || c_.d_model % c_.heads != 0) {
+      throw std::invalid_argument("decoder: d_model " + std::to_string(c_.d_model) +
+                                  " is not a multiple of heads " + std::to_string(c_.heads));
+    }
+    layers_.resize(c_.layers);
+  }
 
   /// y = x W with W stored [in][out] (the inner loop runs over outputs and vectorizes).
   static void matvec(const float* x, const float* w, std::size_t in, std::size_t out, float* y) {

@@ -15,8 +15,14 @@
 // Decoding is greedy, so the three must write exactly the same tokens: the program checks it
 // (exit 1 otherwise) and prints tokens/s and the cache's hit rates for each.
 //
+// The weights are random (--seed) or trained ones (--weights PATH: a safetensors file or a hone
+// checkpoint directory, e.g. what train_tiny.py writes after training the same model in PyTorch).
+// --prompts-file takes the prompts from a file instead, and --print-tokens prints every
+// generation's token ids (train_tiny.py --check compares them with torch's greedy tokens).
+//
 //   generate [--clients N] [--prompts N] [--new-tokens N] [--system-prompts N]
 //            [--prefix-chars N] [--block-tokens N] [--blocks N] [--modes LIST] [--seed N]
+//            [--weights PATH [--heads N]] [--prompts-file FILE] [--print-tokens]
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
@@ -25,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <hone/serve.hpp>
 #include <memory>
 #include <random>
@@ -129,6 +136,7 @@ class served_decoder {
         x.next = net_.position(x.tokens[j], x.start + j, x.past, x.k.data() + j * kvf,
                                x.v.data() + j * kvf, s);
       }
+      x.logit = s.logits[static_cast<std::size_t>(x.next)];
     });
     // 3. (serial) Keep the new K and V, end finished sequences, answer.
     std::vector<hs::kv_token> out(batch.size());
@@ -136,6 +144,10 @@ class served_decoder {
       positions_ += w[i].tokens.size();
       if (batch[i].first) prompt_positions_ += w[i].tokens.size();
       out[i] = w[i].next;
+      client& cl = *w[i].cl;
+      if (batch[i].first) cl.logits.clear();
+      cl.logits.push_back(w[i].logit);
+      if (batch[i].last) cl.done_logits.push_back(std::move(cl.logits));
       if (mode_ == mode::recompute) continue;
       if (!batch[i].last) cache_->append(w[i].cl->seq, w[i].tokens, w[i].k, w[i].v);
       if (batch[i].last) cache_->free_sequence(w[i].cl->seq);
@@ -146,11 +158,17 @@ class served_decoder {
   /// Positions computed in all (the model's work) and those of first steps (prompts).
   [[nodiscard]] std::uint64_t positions() const { return positions_; }
   [[nodiscard]] std::uint64_t prompt_positions() const { return prompt_positions_; }
+  /// The logit of every token generated for client `c`, per finished sequence in order.
+  [[nodiscard]] const std::vector<std::vector<float>>& logits(std::size_t c) const {
+    return clients_.at(c).done_logits;
+  }
 
  private:
   struct client {
     std::vector<hs::kv_token> history;  // the tokens of the current sequence (recompute mode)
     hs::kv_seq_id seq = 0;
+    std::vector<float> logits;                    // of the current sequence's tokens
+    std::vector<std::vector<float>> done_logits;  // of each finished sequence
   };
   struct work {
     client* cl = nullptr;
@@ -159,6 +177,7 @@ class served_decoder {
     std::vector<float> k, v;           // their K and V, token-major
     past_rows past;                    // rows of positions 0 .. start + tokens.size() - 1
     hs::kv_token next = 0;             // the prediction after the last of them
+    float logit = 0;                   // its logit
   };
 
   const decoder& net_;
@@ -175,7 +194,14 @@ struct options {
               block_tokens = 16, blocks = 0;
   std::uint64_t seed = 1;
   std::vector<mode> modes{mode::recompute, mode::kv, mode::kv_prefix};
+  std::string weights;       // trained weights (file or checkpoint directory); empty: random
+  std::size_t heads = 0;     // head count of the weights (0: from the file's metadata)
+  std::string prompts_file;  // one prompt a line; empty: generated prompts
+  bool print_tokens = false;
 };
+
+/// The prompts of each client, in the order it sends them.
+using prompt_table = std::vector<std::vector<std::string>>;
 
 /// Prompt `k` of client `c`: system prompt (c + k) % system_prompts, then a question of its own.
 std::string make_prompt(const options& o, std::size_t c, std::size_t k) {
@@ -197,13 +223,14 @@ std::string make_prompt(const options& o, std::size_t c, std::size_t k) {
 
 struct run_result {
   std::vector<std::vector<std::vector<hs::kv_token>>> tokens;  // [client][prompt] generated
+  std::vector<std::vector<std::vector<float>>> logits;         // [client][prompt] their logits
   double seconds = 0;
   std::uint64_t positions = 0, prompt_positions = 0, prompt_tokens = 0;
   hs::kv_cache_stats kv{};
   double mean_batch = 0;
 };
 
-run_result run(const decoder& net, const options& o, mode m) {
+run_result run(const decoder& net, const options& o, const prompt_table& prompts, mode m) {
   const decoder_config& c = net.config();
   std::unique_ptr<hs::kv_cache<float>> cache;
   if (m != mode::recompute) {
@@ -215,7 +242,8 @@ run_result run(const decoder& net, const options& o, mode m) {
   }
   served_decoder model(net, m, cache.get(), o.clients);
   run_result r;
-  r.tokens.assign(o.clients, std::vector<std::vector<hs::kv_token>>(o.prompts));
+  r.tokens.resize(o.clients);
+  for (std::size_t ci = 0; ci < o.clients; ++ci) r.tokens[ci].resize(prompts[ci].size());
   hs::batcher_stats bs;
   const auto t0 = std::chrono::steady_clock::now();
   {
@@ -228,8 +256,8 @@ run_result run(const decoder& net, const options& o, mode m) {
     for (std::size_t ci = 0; ci < o.clients; ++ci) {
       clients.emplace_back([&, ci] {
         try {
-          for (std::size_t k = 0; k < o.prompts; ++k) {
-            const std::string prompt = make_prompt(o, ci, k);
+          for (std::size_t k = 0; k < prompts[ci].size(); ++k) {
+            const std::string& prompt = prompts[ci][k];
             std::vector<hs::kv_token>& out = r.tokens[ci][k];
             step_request q{ci, std::vector<hs::kv_token>(prompt.begin(), prompt.end()), true,
                            o.new_tokens == 1};
@@ -250,10 +278,11 @@ run_result run(const decoder& net, const options& o, mode m) {
     bs = batcher.stats();
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (std::size_t ci = 0; ci < o.clients; ++ci) r.logits.push_back(model.logits(ci));
   r.positions = model.positions();
   r.prompt_positions = model.prompt_positions();
-  for (std::size_t ci = 0; ci < o.clients; ++ci) {
-    for (std::size_t k = 0; k < o.prompts; ++k) r.prompt_tokens += make_prompt(o, ci, k).size();
+  for (const auto& client_prompts : prompts) {
+    for (const std::string& p : client_prompts) r.prompt_tokens += p.size();
   }
   if (cache) {
     r.kv = cache->stats();
@@ -267,7 +296,8 @@ run_result run(const decoder& net, const options& o, mode m) {
   std::fprintf(stderr,
                "generate: %s\nusage: generate [--clients N] [--prompts N] [--new-tokens N] "
                "[--system-prompts N] [--prefix-chars N] [--block-tokens N] [--blocks N] "
-               "[--modes recompute,kv,kv+prefix] [--seed N]\n",
+               "[--modes recompute,kv,kv+prefix] [--seed N] [--weights PATH [--heads N]] "
+               "[--prompts-file FILE] [--print-tokens]\n",
                why.c_str());
   std::exit(2);
 }
@@ -304,6 +334,25 @@ std::vector<mode> parse_modes(const char* text) {
   return ms;
 }
 
+/// The prompts of --prompts-file, one a line (a final newline is optional), each sent by client
+/// i % clients.
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) usage("--prompts-file '" + path + "' cannot be opened");
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      usage("--prompts-file '" + path + "': line " + std::to_string(out.size() + 1) +
+            " is empty; a prompt needs at least one character");
+    }
+    out.push_back(line);
+  }
+  if (out.empty()) usage("--prompts-file '" + path + "' holds no prompt");
+  return out;
+}
+
 std::string printable(std::span<const hs::kv_token> t) {
   std::string s;
   for (const hs::kv_token x : t) s += (x >= 32 && x < 127) ? static_cast<char>(x) : '.';
@@ -318,6 +367,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--help") usage("help");
+    if (a == "--print-tokens") {
+      o.print_tokens = true;
+      continue;
+    }
     if (i + 1 >= argc) usage("missing value after " + std::string(a));
     const char* v = argv[++i];
     if (a == "--clients") {
@@ -339,18 +392,56 @@ int main(int argc, char** argv) {
       o.modes = parse_modes(v);
     } else if (a == "--seed") {
       o.seed = parse_count(a, v, 0, std::size_t{1} << 62);
+    } else if (a == "--weights") {
+      o.weights = v;
+    } else if (a == "--heads") {
+      o.heads = parse_count(a, v, 1, 4096);
+    } else if (a == "--prompts-file") {
+      o.prompts_file = v;
     } else {
       usage("unknown flag '" + std::string(a) + "'");
     }
   }
 
-  const decoder_config cfg{};
-  const decoder net(cfg, o.seed);
+  if (o.heads != 0 && o.weights.empty()) usage("--heads applies to --weights only");
+  const decoder net = [&] {
+    if (o.weights.empty()) return decoder(decoder_config{}, o.seed);
+    try {
+      return decoder::load(o.weights, o.heads);
+    } catch (const std::exception& e) {  // weights_error, or hone's error reading the file
+      std::fprintf(stderr, "generate: %s\n", e.what());
+      std::exit(2);
+    }
+  }();
+  const decoder_config& cfg = net.config();
+
+  // The prompts: from the file (prompt i to client i % clients), or made up per client.
+  prompt_table prompts;
+  if (!o.prompts_file.empty()) {
+    const std::vector<std::string> lines = read_prompts(o.prompts_file);
+    o.clients = std::min(o.clients, lines.size());
+    o.prompts = (lines.size() + o.clients - 1) / o.clients;
+    prompts.resize(o.clients);
+    for (std::size_t i = 0; i < lines.size(); ++i) prompts[i % o.clients].push_back(lines[i]);
+  } else {
+    prompts.resize(o.clients);
+    for (std::size_t ci = 0; ci < o.clients; ++ci) {
+      for (std::size_t k = 0; k < o.prompts; ++k) prompts[ci].push_back(make_prompt(o, ci, k));
+    }
+  }
   // A sequence never holds more than its prompt and new tokens; each client holds one at a time.
-  std::size_t longest = 0;
-  for (std::size_t ci = 0; ci < o.clients; ++ci) {
-    for (std::size_t k = 0; k < o.prompts; ++k) {
-      longest = std::max(longest, make_prompt(o, ci, k).size());
+  std::size_t longest = 0, total_prompts = 0;
+  for (const auto& client_prompts : prompts) {
+    for (const std::string& p : client_prompts) {
+      longest = std::max(longest, p.size());
+      ++total_prompts;
+      for (const char ch : p) {
+        const auto t = static_cast<unsigned char>(ch);
+        if (t >= cfg.vocab) {
+          usage("prompt '" + p + "' has character code " + std::to_string(t) +
+                ", outside the model's vocabulary of " + std::to_string(cfg.vocab) + " tokens");
+        }
+      }
     }
   }
   longest += o.new_tokens;
@@ -369,26 +460,34 @@ int main(int argc, char** argv) {
           std::to_string(need));
   }
 
+  const std::string origin = o.weights.empty() ? "random weights, seed " + std::to_string(o.seed)
+                                               : "weights from '" + o.weights + "'";
   std::printf(
-      "model: %zu layers, d_model %zu, %zu heads, d_ff %zu, vocabulary %zu (random weights, "
-      "seed %llu)\n",
-      cfg.layers, cfg.d_model, cfg.heads, cfg.d_ff, cfg.vocab,
-      static_cast<unsigned long long>(o.seed));
-  std::printf(
-      "work: %zu clients x %zu prompts, %zu new tokens each; %zu system prompts of %zu "
-      "chars; KV cache %zu blocks of %zu tokens (float)\n",
-      o.clients, o.prompts, o.new_tokens, o.system_prompts, o.prefix_chars, o.blocks,
-      o.block_tokens);
+      "model: %zu layers, d_model %zu, %zu heads, d_ff %zu, vocabulary %zu, %zu positions "
+      "(%s)\n",
+      cfg.layers, cfg.d_model, cfg.heads, cfg.d_ff, cfg.vocab, cfg.max_len, origin.c_str());
+  if (o.prompts_file.empty()) {
+    std::printf(
+        "work: %zu clients x %zu prompts, %zu new tokens each; %zu system prompts of %zu "
+        "chars; KV cache %zu blocks of %zu tokens (float)\n",
+        o.clients, o.prompts, o.new_tokens, o.system_prompts, o.prefix_chars, o.blocks,
+        o.block_tokens);
+  } else {
+    std::printf(
+        "work: %zu prompts from '%s' over %zu clients, %zu new tokens each; KV cache %zu blocks "
+        "of %zu tokens (float)\n",
+        total_prompts, o.prompts_file.c_str(), o.clients, o.new_tokens, o.blocks, o.block_tokens);
+  }
 
   std::vector<run_result> results;
   try {
-    for (const mode m : o.modes) results.push_back(run(net, o, m));
+    for (const mode m : o.modes) results.push_back(run(net, o, prompts, m));
   } catch (const std::exception& e) {  // a request failed (the model's error reaches its client)
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 1;
   }
 
-  const double generated = static_cast<double>(o.clients * o.prompts * o.new_tokens);
+  const double generated = static_cast<double>(total_prompts * o.new_tokens);
   std::printf("\n%-28s %9s %10s %18s %14s %12s %10s\n", "mode", "seconds", "tokens/s",
               "positions run", "prompt reused", "prefix hits", "mean batch");
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -415,19 +514,63 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(results[i].kv.hit_tokens),
                 static_cast<unsigned long long>(results[i].kv.evictions));
   }
-  const std::string first = make_prompt(o, 0, 0);
-  std::printf("\nclient 0, prompt 0: ...%s\ngenerated: %s\n",
-              printable(std::vector<hs::kv_token>(first.end() - 24, first.end())).c_str(),
-              printable(results[0].tokens[0][0]).c_str());
+  // Prompt i of the file is prompt i / clients of client i % clients.
+  const auto file_tokens = [&](std::size_t i) -> const std::vector<hs::kv_token>& {
+    return results[0].tokens[i % o.clients][i / o.clients];
+  };
+  const auto file_prompt = [&](std::size_t i) -> const std::string& {
+    return prompts[i % o.clients][i / o.clients];
+  };
+  if (o.prompts_file.empty()) {
+    const std::string& first = prompts[0][0];
+    const std::size_t tail = std::min<std::size_t>(first.size(), 24);
+    std::printf("\nclient 0, prompt 0: ...%s\ngenerated: %s\n",
+                printable(std::vector<hs::kv_token>(first.end() - static_cast<std::ptrdiff_t>(tail),
+                                                    first.end()))
+                    .c_str(),
+                printable(results[0].tokens[0][0]).c_str());
+  } else {
+    std::printf("\n");
+    for (std::size_t i = 0; i < std::min<std::size_t>(total_prompts, 4); ++i) {
+      std::printf("prompt %zu: %s|%s\n", i, file_prompt(i).c_str(),
+                  printable(file_tokens(i)).c_str());
+    }
+  }
+  if (o.print_tokens) {  // machine-readable: the ids of every generation, by prompt
+    for (std::size_t i = 0; i < total_prompts; ++i) {
+      const auto& t =
+          o.prompts_file.empty() ? results[0].tokens[i / o.prompts][i % o.prompts] : file_tokens(i);
+      std::string line = "tokens " + std::to_string(i) + ":";
+      for (const hs::kv_token x : t) line += " " + std::to_string(x);
+      std::printf("%s\n", line.c_str());
+      // The logit of each generated token (9 significant digits: the float exactly).
+      const std::size_t ci = o.prompts_file.empty() ? i / o.prompts : i % o.clients;
+      const std::size_t k = o.prompts_file.empty() ? i % o.prompts : i / o.clients;
+      line = "logits " + std::to_string(i) + ":";
+      for (const float x : results[0].logits[ci][k]) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " %.9g", static_cast<double>(x));
+        line += buf;
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
 
   // The checks: greedy decoding writes the same tokens in every mode (the KV cache's rows and the
   // shared prefixes are the very values recomputation gives), and prefix sharing shared.
   int status = 0;
   for (std::size_t i = 1; i < results.size(); ++i) {
     for (std::size_t ci = 0; ci < o.clients; ++ci) {
-      for (std::size_t k = 0; k < o.prompts; ++k) {
+      for (std::size_t k = 0; k < prompts[ci].size(); ++k) {
         const auto& a = results[0].tokens[ci][k];
         const auto& b = results[i].tokens[ci][k];
+        if (a == b && results[0].logits[ci][k] != results[i].logits[ci][k]) {
+          std::fprintf(stderr,
+                       "check failed: client %zu, prompt %zu: %s and %s wrote the same tokens with "
+                       "different logits (not the same bits)\n",
+                       ci, k, name_of(o.modes[0]), name_of(o.modes[i]));
+          status = 1;
+        }
         if (a != b) {
           const auto at = static_cast<std::size_t>(
               std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin());
@@ -448,14 +591,14 @@ int main(int argc, char** argv) {
     }
     // A client's second prompt comes after its first sequence has ended, when the system prompt's
     // full blocks are registered: there must be hits.
-    if (o.modes[i] == mode::kv_prefix && o.prompts >= 2 && o.prefix_chars > o.block_tokens &&
-        s.hit_tokens == 0) {
+    if (o.modes[i] == mode::kv_prefix && o.prompts_file.empty() && o.prompts >= 2 &&
+        o.prefix_chars > o.block_tokens && s.hit_tokens == 0) {
       std::fprintf(stderr, "check failed: prefix sharing found no cached prefix\n");
       status = 1;
     }
   }
   if (status == 0 && results.size() > 1) {
-    std::printf("check: all %zu generations are the same in the %zu modes\n", o.clients * o.prompts,
+    std::printf("check: all %zu generations are the same in the %zu modes\n", total_prompts,
                 results.size());
   }
   return status;
