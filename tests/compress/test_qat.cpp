@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <hone/checkpoint.hpp>
+#include <hone/compress/prune_checkpoint.hpp>
 #include <hone/compress/qat.hpp>
 #include <hone/train.hpp>
 #include <limits>
@@ -272,4 +274,41 @@ BOOST_AUTO_TEST_CASE(a_zero_copy_fp32_model_and_bad_options_are_sentences) {
                           return std::string(e.what()).find("the `quantized` predicate is empty") !=
                                  std::string::npos;
                         });
+}
+
+// Pruning then QAT in one role (hone::weight_constraints): the model holds the fake-quantized
+// masked master (pruned weights stay exactly zero), the master keeps its fp32 values where kept,
+// and the pruning policy is reachable for checkpoints (constraint_of, capture_pruning).
+BOOST_AUTO_TEST_CASE(pruning_then_fake_quant_in_one_role) {
+  const std::size_t in = 16, out = 8;
+  dense<hone::bfloat16> net(in, out);
+  hc::magnitude_pruning_options po;
+  po.schedule = {.initial = 0.0, .target = 0.5, .begin_step = 2, .every = 2, .prunings = 2};
+  hone::trainer t(net, hone::bf16_mixed{}, hone::adamw{0.02f},
+                  hone::weight_constraints(hc::magnitude_pruning(po), hc::fake_quant_training{}));
+  const auto& layout = t.layout();
+  const std::size_t ow = layout[layout.find("fc.weight")].offset;
+  for (int s = 0; s < 8; ++s) {
+    t.step(make_mbatch(8, in, out, static_cast<unsigned>(30 + s)));
+    const auto tw = master_of(t.master_weights(), ow, in * out);
+    const auto fq = through_int8(tw, out, in, hc::quant_granularity::per_channel);
+    std::vector<hone::bfloat16> want(in * out);
+    for (std::size_t k = 0; k < want.size(); ++k) want[k] = hone::bfloat16(fq[k]);
+    BOOST_TEST_CONTEXT("step " << t.steps_done()) {
+      BOOST_TEST(same_bits(net.w, want));
+      std::size_t zeros = 0;
+      for (std::size_t k = 0; k < tw.size(); ++k) {
+        if (tw[k] == 0.0f) {
+          ++zeros;
+          BOOST_TEST(static_cast<float>(net.w[k]) == 0.0f);
+        }
+      }
+      const double level =
+          hone::constraint_of<hc::magnitude_pruning>(t.weight_constraint()).level();
+      BOOST_TEST(zeros == static_cast<std::size_t>(level * static_cast<double>(in * out)));
+    }
+  }
+  BOOST_TEST(t.weight_constraint().get<0>().level() == 0.5);
+  hone::checkpoint::snapshot snap;
+  hc::capture_pruning(t, snap);  // finds the pruning part inside the combination
 }

@@ -27,6 +27,7 @@
 #include "hone/compress/prune.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/train/policies.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace compress {
@@ -39,7 +40,7 @@ inline constexpr std::string_view pruning_masks_file = "masks.safetensors";
 /// complete.
 template <class Trainer>
 void capture_pruning(Trainer& t, checkpoint::snapshot& s) {
-  magnitude_pruning& p = t.weight_constraint();
+  magnitude_pruning& p = constraint_of<magnitude_pruning>(t.weight_constraint());
   if (p.masks().empty()) p.restore(mask_arena(t.layout(), p.options().prunable), p.level());
   const mask_arena& m = p.masks();
   const arena_layout& layout = m.layout();
@@ -58,7 +59,7 @@ void capture_pruning(Trainer& t, checkpoint::snapshot& s) {
 /// when the file is missing or does not match the trainer's prunable tensors (naming the tensor).
 template <class Trainer>
 void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
-  magnitude_pruning& p = t.weight_constraint();
+  magnitude_pruning& p = constraint_of<magnitude_pruning>(t.weight_constraint());
   const std::filesystem::path path = dir / pruning_masks_file;
   const std::string where = "hone::compress::restore_pruning: " + path.string() + ": ";
   if (!std::filesystem::exists(path)) {

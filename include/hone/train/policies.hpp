@@ -8,6 +8,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "hone/core/config.hpp"
 #include "hone/core/roles.hpp"
@@ -130,6 +133,69 @@ struct no_early_stopping {
 struct no_weight_constraint {
   using role = roles::weight_constraint;
 };
+
+/// Several weight constraints in one role: after every applied update each part's after_update
+/// runs, in the order given, each seeing what the previous one left. For example magnitude pruning
+/// then quantization-aware training (a sparse model trained at its int8 point):
+///
+///   hone::trainer t(net, hone::adamw{},
+///                   hone::weight_constraints(hone::compress::magnitude_pruning({...}),
+///                                            hone::compress::fake_quant_training{}));
+///   t.weight_constraint().get<0>().masks();   // or hone::constraint_of<magnitude_pruning>(...)
+template <class... Parts>
+class weight_constraints {
+  static_assert(sizeof...(Parts) >= 1,
+                "hone::weight_constraints: give it at least one weight constraint policy.");
+  static_assert((std::is_same_v<typename Parts::role, roles::weight_constraint> && ...),
+                "hone::weight_constraints: every part must be a weight constraint policy (a type "
+                "with `using role = hone::roles::weight_constraint;` and "
+                "`template <class Trainer> void after_update(Trainer&)`).");
+
+ public:
+  using role = roles::weight_constraint;
+
+  explicit weight_constraints(Parts... parts) : parts_(std::move(parts)...) {}
+
+  template <class Trainer>
+  void after_update(Trainer& t) {
+    std::apply([&](auto&... part) { (part.after_update(t), ...); }, parts_);
+  }
+
+  /// The I-th part, or the part of type P.
+  template <std::size_t I>
+  [[nodiscard]] auto& get() noexcept {
+    return std::get<I>(parts_);
+  }
+  template <class P>
+  [[nodiscard]] P& get() noexcept {
+    return std::get<P>(parts_);
+  }
+
+ private:
+  std::tuple<Parts...> parts_;
+};
+
+namespace detail {
+template <class P, class C>
+struct holds_constraint : std::is_same<P, C> {};
+template <class P, class... Parts>
+struct holds_constraint<P, weight_constraints<Parts...>>
+    : std::bool_constant<(std::is_same_v<P, Parts> || ...)> {};
+}  // namespace detail
+
+/// The constraint policy of type P in a trainer's weight constraint role: the role's policy
+/// itself, or its part of that type when the role holds hone::weight_constraints.
+template <class P, class C>
+[[nodiscard]] P& constraint_of(C& role_policy) noexcept {
+  static_assert(detail::holds_constraint<P, C>::value,
+                "hone::constraint_of: the trainer's weight constraint role holds no policy of this "
+                "type; pass it to the trainer (alone or inside hone::weight_constraints).");
+  if constexpr (std::is_same_v<P, C>) {
+    return role_policy;
+  } else {
+    return role_policy.template get<P>();
+  }
+}
 
 /// Role step observer, the default: nobody is told, and the calls compile to nothing.
 ///
