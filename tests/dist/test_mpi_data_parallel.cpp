@@ -11,6 +11,13 @@
 //      the bucket, the collective, their rank and the late rank within the communicator's
 //      timeout; the pending reduction then completes once the late rank arrives
 //      (finish_pending), and the job ends cleanly;
+//  (f) the 16-bit wires (options.wire = bf16, fp16): every rank holds the bits of the oracle of
+//      tests/dist/wire_oracle.hpp (each rank's gradient rounded, the sums in fp32 rounded back,
+//      the average rounded, widened; with 3 ranks one of the three groupings, whichever MPI
+//      chose, the same on every element's owner) and every rank the same bits; mpi_comm's own
+//      16-bit all_reduce (sum rounded, max with NaN) on bfloat16 and half;
+//  (g) two (three) ranks holding a gradient of 40000 each: on the fp16 wire the sum overflows to
+//      inf and the step is skipped on every rank; on bf16 and fp32 it is taken;
 //  and broadcast_weights gives every rank the root's weights.
 #define BOOST_TEST_MODULE hone_dist_mpi_data_parallel
 #include <boost/test/unit_test.hpp>
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "dp_scenario.hpp"
+#include "wire_oracle.hpp"
 
 namespace hd = hone::dist;
 
@@ -224,4 +232,104 @@ BOOST_AUTO_TEST_CASE(a_late_rank_makes_the_others_throw_naming_the_step_and_the_
   }
   c.set_timeout(seconds(20));
   c.barrier().wait();
+}
+
+namespace {
+/// (f) for one wire: the reduction of wire_gradients over the ranks against the oracle.
+template <class T>
+void check_wire(hd::mpi_comm& c, std::size_t elements, hone::data_parallel_options o) {
+  std::vector<std::vector<float>> inputs;
+  for (int r = 0; r < c.size(); ++r) inputs.push_back(wire_gradients(elements, r));
+  auto got = inputs[static_cast<std::size_t>(c.rank())];
+  hone::data_parallel dp(c, o);
+  dp.reduce(std::span<float>(got));
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < elements; ++i) {
+    const auto want = wire_candidates<T>(inputs, i);
+    bool ok = false;
+    for (float w : want) ok = ok || same_float_bits(got[i], w);
+    if (!ok && wrong++ < 5) {
+      BOOST_ERROR("rank " << c.rank() << " of " << c.size() << ", element " << i << " of "
+                          << elements << ": " << got[i] << ", the oracle (left fold) " << want[0]);
+    }
+  }
+  BOOST_TEST(wrong == 0u, wrong << " elements differ from the oracle");
+  // Every rank holds rank 0's bits.
+  std::vector<float> all(elements * static_cast<std::size_t>(c.size()));
+  c.all_gather(std::span<const float>(got), std::span<float>(all)).wait();
+  for (int q = 1; q < c.size(); ++q) {
+    BOOST_TEST(std::memcmp(all.data() + elements * static_cast<std::size_t>(q), all.data(),
+                           elements * sizeof(float)) == 0,
+               "rank " << q << " differs from rank 0");
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_16_bit_wires_give_the_oracle_s_bits_on_every_rank) {  // (f)
+  auto c = make_comm();
+  for (std::size_t elements : {std::size_t{81}, std::size_t{1000}}) {
+    hone::data_parallel_options o =
+        elements == 81 ? scenario_buckets : hone::data_parallel_options{};
+    BOOST_TEST_CONTEXT(elements << " elements") {
+      o.wire = hone::wire_format::bf16;
+      BOOST_TEST_CONTEXT("bf16") {
+        check_wire<hone::bfloat16>(c, elements, o);
+      }
+      o.wire = hone::wire_format::fp16;
+      BOOST_TEST_CONTEXT("fp16") {
+        check_wire<hone::half>(c, elements, o);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(mpi_comm_all_reduces_16_bit_floats_in_float_rounded_back) {  // (f)
+  auto c = make_comm();
+  const auto r = static_cast<float>(c.rank());
+  // Sums: 1 + 2^-8 (r + 1) per rank: bf16 holds 1 + 2^-7 k, so each sum rounds; fp16 is exact.
+  std::vector<hone::bfloat16> b{hone::bfloat16(1.0f + (r + 1) / 256.0f), hone::bfloat16(-r)};
+  std::vector<hone::half> h{hone::half(1.0f + (r + 1) / 256.0f), hone::half(-r)};
+  std::vector<std::vector<float>> in;
+  for (int q = 0; q < c.size(); ++q)
+    in.push_back({1.0f + static_cast<float>(q + 1) / 256.0f, -static_cast<float>(q)});
+  c.all_reduce(std::span<hone::bfloat16>(b), hd::reduce_op::sum).wait();
+  c.all_reduce(std::span<hone::half>(h), hd::reduce_op::sum).wait();
+  for (std::size_t i = 0; i < 2; ++i) {
+    bool ok_b = false, ok_h = false;
+    for (float w : wire_candidates<hone::bfloat16>(in, i, false))
+      ok_b = ok_b || same_float_bits(static_cast<float>(b[i]), w);
+    for (float w : wire_candidates<hone::half>(in, i, false))
+      ok_h = ok_h || same_float_bits(static_cast<float>(h[i]), w);
+    BOOST_TEST(ok_b, "bf16 sum element " << i << ": " << static_cast<float>(b[i]));
+    BOOST_TEST(ok_h, "half sum element " << i << ": " << static_cast<float>(h[i]));
+  }
+  // Max: the largest rank's value; a NaN on the last rank gives NaN; +0 over -0.
+  std::vector<hone::half> m{hone::half(r), hone::half(c.rank() == c.size() - 1 ? NAN : r),
+                            hone::half(c.rank() == 0 ? 0.0f : -0.0f)};
+  c.all_reduce(std::span<hone::half>(m), hd::reduce_op::max).wait();
+  BOOST_TEST(static_cast<float>(m[0]) == static_cast<float>(c.size() - 1));
+  BOOST_TEST(std::isnan(static_cast<float>(m[1])));
+  BOOST_TEST((static_cast<float>(m[2]) == 0.0f && !std::signbit(static_cast<float>(m[2]))));
+}
+
+BOOST_AUTO_TEST_CASE(an_fp16_sum_that_overflows_skips_the_step_on_every_rank) {  // (g)
+  auto c = make_comm();
+  for (auto wire : {hone::wire_format::fp32, hone::wire_format::bf16, hone::wire_format::fp16}) {
+    BOOST_TEST_CONTEXT("wire " << hone::to_string(wire)) {
+      mlp<hone::half> m;
+      auto t = overflow_trainer(m, c, wire);
+      (void)t.step(make_mlp_batch(4, 11u + static_cast<unsigned>(c.rank())));
+      const auto w = t.master_weights();
+      const std::vector<float> before(w.begin(), w.end());
+      mlp_batch b = make_mlp_batch(4, 21u + static_cast<unsigned>(c.rank()));
+      b.poison = 40000.0f;  // fp16 holds it; 2 x 40000 does not
+      const auto report = t.step(b);
+      const bool overflow = wire == hone::wire_format::fp16;
+      BOOST_TEST(report.skipped == overflow);
+      BOOST_TEST(t.scaler().state().scale == (overflow ? 0.5f : 1.0f));
+      const auto after = t.master_weights();
+      BOOST_TEST(std::equal(after.begin(), after.end(), before.begin()) == overflow);
+      check_identical_on_every_rank(c, std::vector<step_record>{record(t, report)});
+    }
+  }
 }

@@ -1,7 +1,8 @@
 // tests/dist/thread_comm.hpp: a communicator of N ranks that are N threads of one process, for
 // tests of code written against hone::dist::communicator without MPI. Every collective completes
 // when it is called (each rank blocks until all ranks have called it), so its request is always
-// complete; sums are taken in rank order 0, 1, ..., N-1 (the result of a reduction is the same
+// complete; sums are taken in rank order 0, 1, ..., N-1 (hone::bfloat16 and hone::half in float,
+// rounded back after each sum) (the result of a reduction is the same
 // bits on every rank). A collective that one rank never calls blocks the others: use it only in
 // tests whose ranks call the same collectives.
 #pragma once
@@ -11,10 +12,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <hone/core/bfloat16.hpp>
+#include <hone/core/half.hpp>
 #include <hone/dist/communicator.hpp>
 #include <limits>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 /// What the ranks of one thread_comm group share.
@@ -107,8 +111,33 @@ class thread_comm {
     g_->barrier_.arrive_and_wait();
   }
 
+  /// Rank 0's element i combined with rank 1's, then the result with rank 2's, ...: a left fold
+  /// in rank order. 16-bit floats (hone::bfloat16, hone::half) are combined in float and rounded
+  /// back after each step, as NCCL's and mpi_comm's half sums do.
   template <class T>
   [[nodiscard]] T reduce_of(hone::dist::reduce_op op, std::size_t i) const {
+    if constexpr (std::is_same_v<T, hone::bfloat16> || std::is_same_v<T, hone::half>) {
+      T acc = static_cast<const T*>(g_->in_[0])[i];
+      for (int q = 1; q < size(); ++q) {
+        const float a = static_cast<float>(acc);
+        const float x =
+            static_cast<float>(static_cast<const T*>(g_->in_[static_cast<std::size_t>(q)])[i]);
+        if (op == hone::dist::reduce_op::sum) {
+          acc = T(a + x);
+        } else if (std::isnan(a) || std::isnan(x)) {
+          acc = T(std::numeric_limits<float>::quiet_NaN());
+        } else if (a < x || (a == x && std::signbit(a))) {
+          acc = T(x);
+        }
+      }
+      return acc;
+    } else {
+      return reduce_plain<T>(op, i);
+    }
+  }
+
+  template <class T>
+  [[nodiscard]] T reduce_plain(hone::dist::reduce_op op, std::size_t i) const {
     T acc = static_cast<const T*>(g_->in_[0])[i];
     for (int q = 1; q < size(); ++q) {
       const T x = static_cast<const T*>(g_->in_[static_cast<std::size_t>(q)])[i];

@@ -356,6 +356,9 @@ BOOST_AUTO_TEST_CASE(nccl_data_parallel_over_one_rank_is_the_local_step) {
     const hone::dist::nccl_data_parallel dp(
         comm, {.bucket_bytes = 32, .first_bucket_bytes = 8, .average = true});
     BOOST_TEST(dp.buckets(dim + 1).size() == 5u);
+    // The 16-bit wire is host-only: refused with a sentence.
+    BOOST_CHECK_THROW(hone::dist::nccl_data_parallel(comm, {.wire = hone::wire_format::bf16}),
+                      hone::config_error);
     hone::trainer at(am, scaler, hone::adamw{}, hone::accumulate::steps<2>{},
                      hone::clip_grad_norm{.max_norm = 0.3f}, dp,
                      hone::constant_lr{.base_lr = 0.01});

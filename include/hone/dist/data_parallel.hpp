@@ -40,7 +40,12 @@
 // {0, 0} and takes part in the step's reduction with zero gradients until every rank has joined,
 // then gives every rank the trainer state of a rank that trained to the end. `average` divides by
 // the ranks still active, so each step's gradient is the mean over the batches that exist.
-// See docs/dist.md, "Data parallel" and "Uneven inputs".
+//
+// Wire compression (options .wire = wire_format::bf16 or fp16, DDP's bf16/fp16 compress hooks):
+// the buckets travel as 16-bit copies (rounded to nearest even), summed in fp32 two values at a
+// time and rounded back, averaged by their owner, gathered and widened into the arena: half the
+// bytes, still bit-identical on every rank.
+// See docs/dist.md, "Data parallel", "Uneven inputs" and "Wire compression".
 #pragma once
 
 #include <algorithm>
@@ -63,8 +68,20 @@
 #include "hone/core/error.hpp"
 #include "hone/core/roles.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/detail/dp_state.hpp"
 
 HONE_NAMESPACE_BEGIN
+
+/// The element type of the gradients on the wire (data_parallel_options::wire).
+enum class wire_format {
+  fp32,  ///< the fp32 gradients as they are (the default)
+  bf16,  ///< rounded to hone::bfloat16 (float's range, 8 significant bits)
+  fp16   ///< rounded to hone::half (11 significant bits; beyond 65504 becomes inf)
+};
+
+[[nodiscard]] constexpr const char* to_string(wire_format w) noexcept {
+  return w == wire_format::fp32 ? "fp32" : w == wire_format::bf16 ? "bf16" : "fp16";
+}
 
 /// The options of hone::data_parallel.
 struct data_parallel_options {
@@ -94,16 +111,18 @@ struct data_parallel_options {
   /// mean over the ranks that had a batch, as one process accumulating their batches computes.
   /// Every rank must set it alike.
   bool uneven_inputs = false;
+  /// The gradients' element type on the wire (PyTorch DDP's bf16/fp16 compress hooks). With bf16
+  /// or fp16 each bucket is rounded (to nearest even) into a 16-bit buffer, the reduce_scatter
+  /// sums 16-bit values (each sum of two in fp32, rounded back), the owner of a block averages it
+  /// in fp32 and rounds back, the all_gather moves 16-bit blocks, and every rank widens them into
+  /// the fp32 arena: half the bytes on the wire, every rank bit-identical. An fp16 gradient beyond
+  /// 65504 becomes inf, which the trainer's inf/NaN check sees (the step is skipped). The
+  /// communicator must run reduce_scatter and all_gather on hone::bfloat16 / hone::half
+  /// (local_comm and mpi_comm do). Every rank must set it alike.
+  wire_format wire = wire_format::fp32;
 };
 
 namespace dist {
-
-/// One bucket of the gradient arena: the elements [offset, offset + count).
-struct bucket {
-  std::size_t offset = 0;
-  std::size_t count = 0;
-  bool operator==(const bucket&) const = default;
-};
 
 namespace detail {
 [[nodiscard]] inline std::size_t bucket_elements(std::size_t bytes, std::size_t ranks) {
@@ -140,59 +159,6 @@ namespace detail {
   return plan;
 }
 
-namespace detail {
-
-/// What one reduction has in flight, and the plan it runs. Copying it gives a fresh state (no
-/// plan, no requests, no count), so that the policy object stays copyable (the trainer copies
-/// its policies) while its requests are move-only.
-template <class ScatterRequest, class GatherRequest, class FlagRequest>
-struct dp_state {
-  /// One reduce_scatter + all_gather: a slice of the arena, or the padded tail of the last bucket.
-  struct piece {
-    std::size_t bucket = 0;        // index in the plan
-    bool padded = false;           // the padded tail (`pad`), else arena elements:
-    std::size_t offset = 0;        //   [offset, offset + count), reduced in place
-    std::size_t count = 0;         // a multiple of the number of ranks
-    std::size_t shard_offset = 0;  // this rank's block: count / ranks floats of `shards`
-  };
-
-  dp_state() = default;
-  dp_state(const dp_state& /*other*/) {}
-  dp_state& operator=(const dp_state& /*other*/) { return *this = dp_state(); }
-  dp_state(dp_state&&) noexcept = default;
-  dp_state& operator=(dp_state&&) noexcept = default;
-  ~dp_state() = default;
-
-  std::vector<bucket> plan;
-  std::size_t elements = 0;   // the arena size the plan was made for
-  bool planned = false;       // the plan and pieces are made (at the first reduce)
-  std::vector<piece> pieces;  // in reduction order
-  std::vector<float> shards;  // the reduce_scatter outputs of every piece
-  std::vector<float> pad;     // the last bucket's tail (elements % ranks), padded to ranks
-  std::size_t tail = 0;       // elements in the tail: [0, tail) of the arena
-  std::vector<ScatterRequest> scatters;
-  std::vector<GatherRequest> gathers;
-  std::uint64_t reductions = 0;  // calls of reduce(), the one in flight included
-  std::span<float> grads;        // the arena of the reduction in flight
-  bool pending = false;          // a reduction was started and is not complete
-  std::size_t averaged = 0;      // pieces whose scatter is waited (and averaged)
-  std::size_t gathered_started = 0;
-  std::size_t gathered = 0;  // pieces whose gather is waited
-
-  // ---- uneven inputs (data_parallel_options::uneven_inputs) ----
-  /// What follows the exchange of {samples, still active} once it completes.
-  enum class after_flags { nothing, reduce, shadow, pick };  // pick: last_joiner()'s max
-  std::array<double, 2> flags{};        // {samples, still active}: this rank's, then the sums
-  std::optional<FlagRequest> flag_req;  // the exchange in flight
-  bool flags_pending = false;           // an exchange failed and is not complete
-  after_flags then = after_flags::nothing;
-  bool flags_known = false;       // exchanged by count_share() for this step's reduce()
-  std::size_t active = 0;         // ranks with a batch in the current step
-  std::uint64_t last_active = 0;  // the last reduction in which this rank had a batch
-  std::uint64_t shadowed = 0;     // steps taken part in after joining
-};
-
-}  // namespace detail
 }  // namespace dist
 
 /// The trainer's gradient reduction role for data parallelism over a communicator (see the file
@@ -212,7 +178,10 @@ class data_parallel {
       std::declval<std::span<const float>>(), std::declval<std::span<float>>()));
   using flag_request = decltype(std::declval<Comm&>().all_reduce(std::declval<std::span<double>>(),
                                                                  dist::reduce_op::sum));
-  using state_type = dist::detail::dp_state<scatter_request, gather_request, flag_request>;
+  using bf16_lane = dist::detail::wire_lane<Comm, bfloat16>;
+  using fp16_lane = dist::detail::wire_lane<Comm, half>;
+  using state_type =
+      dist::detail::dp_state<scatter_request, gather_request, flag_request, bf16_lane, fp16_lane>;
 
  public:
   using role = roles::gradient_reduction;
@@ -226,6 +195,14 @@ class data_parallel {
                  "hone::data_parallel: the communicator says rank " + std::to_string(comm.rank()) +
                      " of " + std::to_string(comm.size()) +
                      " ranks; a rank must be in [0, size()) and size() at least 1");
+    HONE_REQUIRE((options_.wire != wire_format::bf16 || dist::detail::carries<Comm, bfloat16>),
+                 "hone::data_parallel: options.wire is bf16 but this communicator has no "
+                 "reduce_scatter and all_gather on std::span<hone::bfloat16>. Add them (sums in "
+                 "fp32, rounded back) or leave options.wire at fp32");
+    HONE_REQUIRE((options_.wire != wire_format::fp16 || dist::detail::carries<Comm, half>),
+                 "hone::data_parallel: options.wire is fp16 but this communicator has no "
+                 "reduce_scatter and all_gather on std::span<hone::half>. Add them (sums in "
+                 "fp32, rounded back) or leave options.wire at fp32");
   }
 
   /// With options().weight_by_count: all-reduces this rank's sample count for the step and returns
@@ -332,11 +309,29 @@ class data_parallel {
     s_.averaged = s_.gathered_started = s_.gathered = 0;
     s_.scatters.clear();
     s_.gathers.clear();
-    if (s_.tail > 0) {
+    s_.bf16.scatters.clear();
+    s_.bf16.gathers.clear();
+    s_.fp16.scatters.clear();
+    s_.fp16.gathers.clear();
+    if (options_.wire == wire_format::bf16) {
+      round_into(s_.bf16);
+    } else if (options_.wire == wire_format::fp16) {
+      round_into(s_.fp16);
+    } else if (s_.tail > 0) {
       std::copy_n(master_gradients.data(), s_.tail, s_.pad.data());
       std::fill(s_.pad.begin() + static_cast<std::ptrdiff_t>(s_.tail), s_.pad.end(), 0.0f);
     }
     drive();
+  }
+
+  /// The arena rounded (to nearest even) into a 16-bit lane; its tail into the lane's pad.
+  template <class Lane>
+  void round_into(Lane& lane) {
+    using T = typename Lane::value_type;
+    const std::span<const float> g = s_.grads;
+    for (std::size_t i = s_.tail; i < g.size(); ++i) lane.data[i] = T(g[i]);
+    std::fill(lane.pad.begin(), lane.pad.end(), T(0.0f));
+    for (std::size_t i = 0; i < s_.tail; ++i) lane.pad[i] = T(g[i]);
   }
 
   /// The exchange of {samples, still active} that begins a step with uneven_inputs: all-reduces
@@ -452,11 +447,6 @@ class data_parallel {
   [[nodiscard]] std::size_t ranks() const noexcept {
     return static_cast<std::size_t>(comm_->size());
   }
-  /// The floats piece `p` reduces in place: its slice of the arena, or the padded tail.
-  [[nodiscard]] float* piece_data(const typename state_type::piece& p) noexcept {
-    return p.padded ? s_.pad.data() : s_.grads.data() + p.offset;
-  }
-
   /// Makes the plan, the pieces and the shard buffers on the first call; checks the size later.
   void prepare(std::size_t elements) {
     if (s_.planned) {
@@ -488,53 +478,102 @@ class data_parallel {
         shard += 1;
       }
     }
-    s_.shards.assign(shard, 0.0f);
-    s_.pad.assign(s_.tail > 0 ? n : 0, 0.0f);
+    const std::size_t pad = s_.tail > 0 ? n : 0;
+    if (options_.wire == wire_format::bf16) {
+      size_lane(s_.bf16, elements, pad, shard);
+    } else if (options_.wire == wire_format::fp16) {
+      size_lane(s_.fp16, elements, pad, shard);
+    } else {
+      s_.shards.assign(shard, 0.0f);
+      s_.pad.assign(pad, 0.0f);
+    }
     s_.planned = true;
   }
 
-  /// Runs the rest of the reduction in flight: every scatter started in order, then scatters
-  /// waited (and averaged) and gathers started in order, then gathers waited in order. Each stage
-  /// counts what it has done, so that after a throw the same call resumes where it stopped.
+  /// Sizes a 16-bit lane for an arena of `elements` floats, `pad` padded-tail slots and
+  /// `shards` reduced elements of this rank.
+  template <class Lane>
+  static void size_lane(Lane& lane, std::size_t elements, std::size_t pad, std::size_t shards) {
+    using T = typename Lane::value_type;
+    lane.data.assign(elements, T(0.0f));
+    lane.pad.assign(pad, T(0.0f));
+    lane.shards.assign(shards, T(0.0f));
+  }
+
+  /// Runs the rest of the reduction in flight on the wire of options().wire.
   void drive() {
+    if (options_.wire == wire_format::bf16) {
+      if constexpr (dist::detail::carries<Comm, bfloat16>) {
+        auto& l = s_.bf16;
+        drive_on(l.data.data(), l.pad, l.shards, l.scatters, l.gathers);
+      }
+    } else if (options_.wire == wire_format::fp16) {
+      if constexpr (dist::detail::carries<Comm, half>) {
+        auto& l = s_.fp16;
+        drive_on(l.data.data(), l.pad, l.shards, l.scatters, l.gathers);
+      }
+    } else {
+      drive_on(s_.grads.data(), s_.pad, s_.shards, s_.scatters, s_.gathers);
+    }
+  }
+
+  /// Runs the rest of the reduction in flight over `arena` (the fp32 arena itself, or its 16-bit
+  /// copy): every scatter started in order, then scatters waited (and averaged) and gathers
+  /// started in order, then gathers waited in order, then a 16-bit arena widened into the fp32
+  /// one. Each stage counts what it has done, so that after a throw the same call resumes where
+  /// it stopped.
+  template <class T, class Scatters, class Gathers>
+  void drive_on(T* arena, std::vector<T>& pad, std::vector<T>& shards, Scatters& scatters,
+                Gathers& gathers) {
     const std::size_t n = ranks();
     const std::size_t count = s_.pieces.size();
-    for (std::size_t k = s_.scatters.size(); k < count; ++k) {
+    const auto data = [&](const typename state_type::piece& p) {
+      return p.padded ? pad.data() : arena + p.offset;
+    };
+    for (std::size_t k = scatters.size(); k < count; ++k) {
       const auto& p = s_.pieces[k];
       guarded(k, "reduce_scatter (start)", [&] {
-        s_.scatters.push_back(
-            comm_->reduce_scatter(std::span<const float>(piece_data(p), p.count),
-                                  std::span<float>(s_.shards.data() + p.shard_offset, p.count / n),
-                                  dist::reduce_op::sum));
+        scatters.push_back(comm_->reduce_scatter(
+            std::span<const T>(data(p), p.count),
+            std::span<T>(shards.data() + p.shard_offset, p.count / n), dist::reduce_op::sum));
       });
     }
     for (std::size_t k = s_.gathered_started; k < count; ++k) {
       const auto& p = s_.pieces[k];
-      float* const shard = s_.shards.data() + p.shard_offset;
+      T* const shard = shards.data() + p.shard_offset;
       const std::size_t block = p.count / n;
       if (s_.averaged == k) {
-        guarded(k, "reduce_scatter", [&] { s_.scatters[k].wait(); });
+        guarded(k, "reduce_scatter", [&] { scatters[k].wait(); });
         // The divisor: every rank, or with uneven_inputs the ranks that had a batch this step.
         const std::size_t divisor = options_.uneven_inputs ? s_.active : n;
         if (options_.average && !options_.weight_by_count && divisor > 1) {
           const auto ranks_f = static_cast<float>(divisor);
-          for (std::size_t i = 0; i < block; ++i) shard[i] /= ranks_f;
+          // 16 bits: the division in fp32, rounded back to the wire type.
+          for (std::size_t i = 0; i < block; ++i)
+            shard[i] = T(static_cast<float>(shard[i]) / ranks_f);
         }
         s_.averaged = k + 1;
       }
       guarded(k, "all_gather (start)", [&] {
-        s_.gathers.push_back(comm_->all_gather(std::span<const float>(shard, block),
-                                               std::span<float>(piece_data(p), p.count)));
+        gathers.push_back(
+            comm_->all_gather(std::span<const T>(shard, block), std::span<T>(data(p), p.count)));
       });
       s_.gathered_started = k + 1;
     }
     for (std::size_t k = s_.gathered; k < count; ++k) {
-      guarded(k, "all_gather", [&] { s_.gathers[k].wait(); });
+      guarded(k, "all_gather", [&] { gathers[k].wait(); });
       s_.gathered = k + 1;
     }
-    if (s_.tail > 0) std::copy_n(s_.pad.data(), s_.tail, s_.grads.data());
-    s_.scatters.clear();
-    s_.gathers.clear();
+    float* const grads = s_.grads.data();
+    if constexpr (std::is_same_v<T, float>) {
+      if (s_.tail > 0) std::copy_n(pad.data(), s_.tail, grads);
+    } else {
+      for (std::size_t i = 0; i < s_.tail; ++i) grads[i] = static_cast<float>(pad[i]);
+      for (std::size_t i = s_.tail; i < s_.grads.size(); ++i)
+        grads[i] = static_cast<float>(arena[i]);
+    }
+    scatters.clear();
+    gathers.clear();
     s_.pending = false;
   }
 

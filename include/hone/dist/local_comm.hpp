@@ -1,7 +1,8 @@
 // hone/dist/local_comm.hpp: the communicator of a job with one rank. It has no dependency and
 // every collective completes when it is called: all_reduce and broadcast leave the data as it
 // is, reduce_scatter and all_gather copy their input to their output. Code written against
-// hone::dist::communicator runs unchanged in one process with it.
+// hone::dist::communicator runs unchanged in one process with it. Element types: arithmetic types
+// and the 16-bit floats hone::bfloat16 and hone::half (data_parallel_options::wire).
 #pragma once
 
 #include <cstring>
@@ -9,8 +10,10 @@
 #include <string>
 #include <type_traits>
 
+#include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/half.hpp"
 #include "hone/dist/communicator.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -31,9 +34,9 @@ class local_comm {
   /// The reduction over one rank: `data` unchanged.
   template <class T>
   [[nodiscard]] request all_reduce(std::span<T> data, reduce_op op) {
-    static_assert(std::is_arithmetic_v<T>,
-                  "hone::dist::local_comm::all_reduce: T must be an "
-                  "arithmetic type (float, double or an integer).");
+    static_assert(std::is_arithmetic_v<T> || std::is_same_v<T, bfloat16> || std::is_same_v<T, half>,
+                  "hone::dist::local_comm::all_reduce: T must be an arithmetic type (float, "
+                  "double or an integer) or hone::bfloat16 or hone::half.");
     (void)data;
     (void)op;
     return {};

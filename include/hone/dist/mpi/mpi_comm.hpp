@@ -39,8 +39,10 @@
 // all_reduce's sums ask Open MPI for the ring algorithm (detail/iallreduce_ring.hpp: its default
 // for an in-place MPI_Iallreduce on fewer than 4 ranks sends every byte through rank 0 twice).
 //
-// Element types: float, double, std::int32_t, std::int64_t. Counts up to INT_MAX elements per
-// call (MPI 3 counts are int).
+// Element types: float, double, std::int32_t, std::int64_t, and the 16-bit floats hone::bfloat16
+// and hone::half (data_parallel's 16-bit wire): moved as MPI_UINT16_T and reduced by mpi_comm's
+// own MPI operations, which widen each pair to float, combine and round back (detail/types.hpp).
+// Counts up to INT_MAX elements per call (MPI 3 counts are int).
 #pragma once
 
 #include <mpi.h>
@@ -68,6 +70,7 @@
 #include "hone/core/error.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/mpi/detail/iallreduce_ring.hpp"
+#include "hone/dist/mpi/detail/types.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -132,67 +135,6 @@ inline void mpi_check(int rc, std::string_view what) {
     mpi_failure(rc, what);
 }
 
-template <class T>
-inline constexpr bool mpi_supported_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
-    std::is_same_v<T, std::int64_t>;
-
-template <class T>
-MPI_Datatype mpi_type() noexcept {
-  static_assert(mpi_supported_v<T>,
-                "hone::dist::mpi_comm: the element type of a collective must be float, double, "
-                "std::int32_t or std::int64_t; convert the data to one of them.");
-  if constexpr (std::is_same_v<T, float>) {
-    return MPI_FLOAT;
-  } else if constexpr (std::is_same_v<T, double>) {
-    return MPI_DOUBLE;
-  } else if constexpr (std::is_same_v<T, std::int32_t>) {
-    return MPI_INT32_T;
-  } else {
-    return MPI_INT64_T;
-  }
-}
-
-template <class T>
-constexpr const char* type_name() noexcept {
-  if constexpr (std::is_same_v<T, float>) {
-    return "float";
-  } else if constexpr (std::is_same_v<T, double>) {
-    return "double";
-  } else if constexpr (std::is_same_v<T, std::int32_t>) {
-    return "int32";
-  } else {
-    return "int64";
-  }
-}
-
-/// The max of hone's reduce_op::max: NaN when either is NaN (the canonical quiet NaN, so every
-/// rank holds the same bits), +0 over -0; commutative and associative.
-template <class T>
-T nan_max(T a, T b) noexcept {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  if (a < b) return b;
-  if (b < a) return a;
-  return std::signbit(a) ? b : a;
-}
-
-template <class T>
-void nan_max_loop(const void* in, void* inout, int count) noexcept {
-  const T* x = static_cast<const T*>(in);
-  T* y = static_cast<T*>(inout);
-  for (int i = 0; i < count; ++i) y[i] = nan_max(x[i], y[i]);
-}
-
-/// The MPI user function of reduce_op::max on float and double (MPI_MAX leaves NaN to the order
-/// in which the implementation combines the ranks).
-inline void mpi_nan_max(void* in, void* inout, int* count, MPI_Datatype* type) {
-  if (*type == MPI_FLOAT) {
-    nan_max_loop<float>(in, inout, *count);
-  } else if (*type == MPI_DOUBLE) {
-    nan_max_loop<double>(in, inout, *count);
-  }
-}
-
 /// "1", "1 and 2", "1, 2 and 3".
 inline std::string join_list(const std::vector<std::string>& items) {
   std::string s;
@@ -215,7 +157,7 @@ inline std::string ranks_phrase(const std::vector<int>& ranks) {
 /// started. Freed when the last of them goes (after MPI_Finalize, nothing is freed).
 struct mpi_state {
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Op max_op = MPI_OP_NULL;
+  mpi_ops ops;  // max with the NaN rule, the 16-bit sums and maxima
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
@@ -240,7 +182,7 @@ struct mpi_state {
     MPI_Finalized(&finalized);
     if (finalized) return;
     free_window();
-    if (max_op != MPI_OP_NULL) MPI_Op_free(&max_op);
+    ops.free();
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
 
@@ -592,7 +534,7 @@ class mpi_comm {
                       "mpi_comm: MPI_Comm_set_errhandler");
     detail::mpi_check(MPI_Comm_rank(s.comm, &s.rank), "mpi_comm: MPI_Comm_rank");
     detail::mpi_check(MPI_Comm_size(s.comm, &s.size), "mpi_comm: MPI_Comm_size");
-    detail::mpi_check(MPI_Op_create(&detail::mpi_nan_max, 1, &s.max_op), "mpi_comm: MPI_Op_create");
+    s.ops.create();
     if (naming == missing_ranks::named) s.create_window();
     s.ring.emplace();
   }
@@ -625,7 +567,9 @@ class mpi_comm {
     };
     // Sums of at least one element per rank: Open MPI's ring instead of its in-place default (a
     // binomial reduce and broadcast through rank 0), see docs/dist.md.
-    const bool ring = op == reduce_op::sum && data.size() >= static_cast<std::size_t>(state_->size);
+    // Not for the 16-bit sums: they are mpi_comm's own operations, not MPI_SUM.
+    const bool ring = op == reduce_op::sum && !detail::is_float16_v<T> &&
+                      data.size() >= static_cast<std::size_t>(state_->size);
     check(ring ? state_->ring->run(start) : start(), "all_reduce", "MPI_Iallreduce");
     return started(r, "all_reduce", to_string(op), data.size(), detail::type_name<T>());
   }
@@ -705,12 +649,7 @@ class mpi_comm {
 
   template <class T>
   MPI_Op mpi_op(reduce_op op) const noexcept {
-    if (op == reduce_op::sum) return MPI_SUM;
-    if constexpr (std::is_floating_point_v<T>) {
-      return state_->max_op;
-    } else {
-      return MPI_MAX;
-    }
+    return state_->ops.of<T>(op);
   }
 
   static int checked_count(std::size_t n, const char* what) {

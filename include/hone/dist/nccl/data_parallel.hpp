@@ -61,6 +61,10 @@ class nccl_data_parallel {
                  "hone::dist::nccl_data_parallel: uneven_inputs and weight_by_count are not "
                  "available for CUDA models yet; give every rank the same number of batches per "
                  "step, or use hone::data_parallel with a host model");
+    HONE_REQUIRE(options_.wire == wire_format::fp32,
+                 "hone::dist::nccl_data_parallel: options.wire asks for 16-bit gradients on the "
+                 "wire, which only hone::data_parallel (host models) does yet; leave options.wire "
+                 "at wire_format::fp32");
   }
 
   /// Sums (with options().average: averages) `master_gradients` over the ranks, in place, ordered

@@ -1,0 +1,93 @@
+// tests/dist/wire_oracle.hpp: the oracle of hone::data_parallel's 16-bit wire
+// (data_parallel_options::wire), shared by the thread-rank test (test_data_parallel_wire) and the
+// MPI test (test_mpi_data_parallel).
+//
+// wire_gradients(n, elements, rank) is rank `rank`'s fp32 gradient arena; wire_candidates<T>
+// computes, element by element and independently of hone::data_parallel, what the reduction must
+// give: each rank's value rounded to T, the sum of the N rounded values taken two at a time in
+// fp32 and rounded back to T after each sum, the average (fp32 division, rounded to T), widened to
+// float. The left fold in rank order ((g0 + g1) + g2) + ... is candidate 0 (thread_comm's order);
+// for 3 ranks the other two pairings, (g0 + (g1 + g2)) and ((g0 + g2) + g1), follow (MPI groups
+// the ranks as its algorithm likes). overflow_trainer builds the trainer of the fp16 overflow
+// check: loss scale 1, so a gradient of 40000 reaches the reduction as 40000.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <hone/core/bfloat16.hpp>
+#include <hone/core/half.hpp>
+#include <hone/dist/data_parallel.hpp>
+#include <hone/optim/adamw.hpp>
+#include <hone/precision/policies.hpp>
+#include <hone/train/accumulate.hpp>
+#include <hone/train/trainer.hpp>
+#include <vector>
+
+#include "dp_model.hpp"
+
+/// Rank `rank`'s gradients: values of mixed magnitudes (1e-3 .. 30) and signs, most of them not
+/// representable in 16 bits (so the rounding matters), different on every rank.
+inline std::vector<float> wire_gradients(std::size_t elements, int rank) {
+  std::vector<float> g(elements);
+  std::uint32_t state = 0x9e3779b9u * static_cast<std::uint32_t>(rank + 1) + 12345u;
+  for (std::size_t i = 0; i < elements; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float u = static_cast<float>(state >> 8) / 16777216.0f;  // [0, 1)
+    const float mag = std::ldexp(1.0f + u, static_cast<int>((state >> 3) % 15u) - 10);
+    g[i] = (state & 1u) ? -mag : mag;
+  }
+  return g;
+}
+
+/// The pairings of N ranks' values the oracle accepts: the left fold in rank order, and for 3
+/// ranks the two other groupings.
+inline std::vector<std::vector<int>> wire_orders(int ranks) {
+  std::vector<int> fold;
+  for (int r = 0; r < ranks; ++r) fold.push_back(r);
+  std::vector<std::vector<int>> orders{fold};
+  if (ranks == 3) {
+    orders.push_back({0, -1, 1, 2});  // g0 + (g1 + g2): -1 marks "the next two first"
+    orders.push_back({0, 2, 1});      // (g0 + g2) + g1
+  }
+  return orders;
+}
+
+/// The averaged, widened result of element `i` for each accepted order (see the file comment).
+template <class T>
+std::vector<float> wire_candidates(const std::vector<std::vector<float>>& grads, std::size_t i,
+                                   bool average = true) {
+  const int n = static_cast<int>(grads.size());
+  const auto w = [&](int r) {
+    return static_cast<float>(T(grads[static_cast<std::size_t>(r)][i]));
+  };
+  const auto add = [](float a, float b) { return static_cast<float>(T(a + b)); };
+  std::vector<float> out;
+  for (const auto& order : wire_orders(n)) {
+    float acc = 0;
+    if (order.size() > 1 && order[1] == -1) {  // g0 + (g1 + g2)
+      acc = add(w(0), add(w(1), w(2)));
+    } else {
+      acc = w(order[0]);
+      for (std::size_t k = 1; k < order.size(); ++k) acc = add(acc, w(order[k]));
+    }
+    if (average && n > 1) acc = static_cast<float>(T(acc / static_cast<float>(n)));
+    out.push_back(acc);
+  }
+  return out;
+}
+
+inline bool same_float_bits(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+/// mlp<half> with fp16 loss scaling starting at 1 (no growth within the test; min_scale below 1 so
+/// that a back-off is a skipped step, not an error), AdamW and accumulation by count, reduced by
+/// data_parallel over `comm` with the given wire.
+template <class Comm>
+auto overflow_trainer(mlp<hone::half>& m, Comm& comm, hone::wire_format wire) {
+  const hone::fp16_mixed<> fp16{
+      .scaler = {.init_scale = 1.0f, .growth_interval = 1000, .min_scale = 1.0f / 64}};
+  return hone::trainer(m, fp16, hone::adamw{}, hone::accumulate::by_count{},
+                       hone::data_parallel(comm, {.wire = wire}));
+}
