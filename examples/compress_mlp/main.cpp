@@ -7,9 +7,10 @@
 //   2:4           hone::compress::sparse24_matrix: 2 of every 4 weights of a row kept by
 //                 magnitude, fine-tuned with the masks held by hone::compress::magnitude_pruning,
 //                 packed and run by sparse24_matmul
-//   int8 static   post-training static quantization: per-row int8 weights, activation ranges from
-//                 a calibration pass (hone::compress::calibrate), hone::compress::int8_gemm
-//   int8 dynamic  hone::compress::dynamic_int8_linear (activation ranges per row at run time)
+//   int8 static   hone::compress::post_training_quantize: per-row int8 weights, activation ranges
+//                 from a calibration pass over the training split, hone::compress::int8_gemm
+//   int8 dynamic  the same routine in dynamic mode: hone::compress::dynamic_int8_linear per layer
+//                 (activation ranges per row at run time)
 //   student       a narrower MLP trained on the teacher's logits with hone::compress::distill_loss,
 //                 and the same student trained on the labels alone
 //   LoRA          hone::compress::lora_model adapters on every layer, trained on a shifted task
@@ -379,42 +380,46 @@ std::pair<double, double> max_diff(std::span<const float> a, std::span<const flo
 
 // ---- the variants ----
 
-/// Activation ranges of every layer's input over the calibration split, with the chosen observer
-/// (hone::compress::calibrate over the batches of inputs the fp32 network saw).
-std::vector<hc::quant_range> calibrate_layers(const context& c, engine_net& net, const split& s) {
-  std::vector<std::vector<std::vector<float>>> inputs(net.size());
-  std::vector<float> logits(c.o.infer_batch * c.classes);
+/// The trained model as hone's post-training quantization hook (hone/compress/ptq.hpp): its linear
+/// layers (fc1, fc2, ...) and the fp32 inference network's forward pass, which reports every
+/// layer's input (layer 0 reads x; the others' inputs stay in the network after a call).
+struct ptq_hook {
+  const dense_mlp& net;
+  engine_net& fp32;
+  std::vector<float> logits;
+
+  [[nodiscard]] std::vector<hc::quantizable_layer> quantizable_layers() const {
+    std::vector<hc::quantizable_layer> v;
+    for (std::size_t l = 0; l < net.layers.size(); ++l) {
+      const linear_layer& p = net.layers[l];
+      v.push_back({"fc" + std::to_string(l + 1), p.w, p.b, p.out, p.in});
+    }
+    return v;
+  }
+  void calibration_forward(std::span<const float> x, std::size_t rows,
+                           const hc::layer_input_hook& hook) {
+    logits.resize(rows * fp32.classes());
+    fp32.forward(x, rows, logits);
+    hook(0, x, rows);
+    for (std::size_t l = 1; l < fp32.size(); ++l) hook(l, fp32.input_of(l), rows);
+  }
+};
+static_assert(hc::check_ptq_model<ptq_hook>());
+
+/// The calibration split in batches of --infer-batch rows (the calls the fp32 network serves).
+std::vector<std::span<const float>> calibration_batches(const context& c, const split& s) {
+  std::vector<std::span<const float>> batches;
   for (std::size_t start = 0; start < s.size(); start += c.o.infer_batch) {
     const std::size_t n = std::min(c.o.infer_batch, s.size() - start);
-    const auto x = std::span<const float>(s.x).subspan(start * c.features, n * c.features);
-    net.forward(x, n, logits);
-    inputs[0].emplace_back(x.begin(), x.end());
-    for (std::size_t l = 1; l < net.size(); ++l) {
-      const auto a = net.input_of(l);
-      inputs[l].emplace_back(a.begin(), a.end());
-    }
+    batches.push_back(std::span<const float>(s.x).subspan(start * c.features, n * c.features));
   }
-  std::vector<hc::quant_range> ranges;
-  for (const auto& batches : inputs) {
-    switch (c.o.observer) {
-      case observer_kind::minmax: {
-        hc::minmax_observer obs;
-        ranges.push_back(hc::calibrate(obs, batches));
-        break;
-      }
-      case observer_kind::percentile: {
-        hc::percentile_observer obs;
-        ranges.push_back(hc::calibrate(obs, batches));
-        break;
-      }
-      case observer_kind::mse: {
-        hc::mse_observer obs;
-        ranges.push_back(hc::calibrate(obs, batches));
-        break;
-      }
-    }
-  }
-  return ranges;
+  return batches;
+}
+
+hc::ptq_observer ptq_observer_of(observer_kind k) {
+  return k == observer_kind::minmax       ? hc::ptq_observer::minmax
+         : k == observer_kind::percentile ? hc::ptq_observer::percentile
+                                          : hc::ptq_observer::mse;
 }
 
 const char* observer_name(observer_kind k) {
@@ -601,11 +606,17 @@ void int8_variants(const stage& s) {
   const context& c = s.c;
   variants& table = s.table;
   checks& check = s.check;
-  const std::vector<hc::quant_range> ranges = calibrate_layers(c, fp32, data.train);
+  // hone::compress::post_training_quantize walks the layers through the hook: static int8
+  // calibrated on the training split, and dynamic int8 (no calibration).
+  ptq_hook model{base, fp32, {}};
+  hc::quantized_model qs = hc::post_training_quantize(model, calibration_batches(c, data.train),
+                                                      {.observer = ptq_observer_of(o.observer)});
+  hc::quantized_model qd = hc::post_training_quantize(model, std::vector<std::span<const float>>{},
+                                                      {.mode = hc::ptq_mode::dynamic_int8});
   engine_net st, dyn;
   for (std::size_t l = 0; l < base.layers.size(); ++l) {
-    st.add(std::make_unique<static_int8>(base.layers[l], hc::affine_uint8(ranges[l])));
-    dyn.add(std::make_unique<dynamic_int8>(base.layers[l]));
+    st.add(std::make_unique<ptq_int8>(std::move(qs.layer(l))));
+    dyn.add(std::make_unique<ptq_int8>(std::move(qd.layer(l))));
   }
   engine_net& st_net = table.keep(std::move(st));
   engine_net& dyn_net = table.keep(std::move(dyn));

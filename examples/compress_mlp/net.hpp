@@ -9,15 +9,15 @@
 //
 // An engine_net is a stack of layer engines with ReLU between them; each engine runs one linear
 // layer in one representation: fp32 (train_mlp's own forward kernel), 2:4 sparse
-// (hone::compress::sparse24_matmul), dynamic int8 (hone::compress::dynamic_int8_linear) or static
-// int8 (hone::compress::int8_gemm with activation parameters fixed by calibration: the one piece
-// of post-training static quantization hone leaves to the user, written out below).
+// (hone::compress::sparse24_matmul), or static or dynamic int8 (a layer of the quantized model
+// hone::compress::post_training_quantize returns).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <hone/compress/ptq.hpp>
 #include <hone/compress/quant.hpp>
 #include <hone/compress/quant_linear.hpp>
 #include <hone/compress/sparse24.hpp>
@@ -216,90 +216,21 @@ class sparse24_linear final : public layer_engine {
   std::vector<float> b_;
 };
 
-/// Bytes of int8 weights with their scales and an fp32 bias.
-inline std::size_t int8_bytes(const hc::quantized_weights& q, std::size_t bias) {
-  return q.values.size() + (q.scales.size() + bias) * sizeof(float);
-}
-
-/// Dynamic int8: hone::compress::dynamic_int8_linear (per-row activation ranges at run time).
-class dynamic_int8 final : public layer_engine {
+/// An int8 layer of hone::compress::post_training_quantize's quantized_model: static (weights
+/// int8 per row, activations uint8 with the scale and zero point fixed by calibration) or dynamic
+/// (hone::compress::dynamic_int8_linear inside).
+class ptq_int8 final : public layer_engine {
  public:
-  explicit dynamic_int8(const linear_layer& l) : lin_(l.w, l.out, l.in, l.b) {}
+  explicit ptq_int8(hc::ptq_linear l) : l_(std::move(l)) {}
   void forward(std::span<const float> x, std::size_t m, std::span<float> y) override {
-    lin_.forward(x, m, y);
+    l_.forward(x, m, y);
   }
-  [[nodiscard]] std::size_t in() const override { return lin_.in_features(); }
-  [[nodiscard]] std::size_t out() const override { return lin_.out_features(); }
-  [[nodiscard]] std::size_t bytes() const override {
-    return int8_bytes(lin_.weights(), lin_.bias().size());
-  }
+  [[nodiscard]] std::size_t in() const override { return l_.in_features(); }
+  [[nodiscard]] std::size_t out() const override { return l_.out_features(); }
+  [[nodiscard]] std::size_t bytes() const override { return l_.bytes(); }
 
  private:
-  hc::dynamic_int8_linear lin_;
-};
-
-/// Static int8 (post-training static quantization): weights symmetric int8 per output row
-/// (hone::compress::quantize_weights), activations uint8 with one scale and zero point per layer
-/// fixed by a calibration pass (hone::compress::calibrate + affine_uint8). Each call quantizes x
-/// with those parameters (values outside the calibrated range saturate at 0 or 255), multiplies
-/// with hone::compress::int8_gemm (int32, exact) and applies the same epilogue as
-/// dynamic_int8_linear: y = s_x s_w[o] (acc - zp sum_k Wq[o, k]) + b[o], in double, rounded once.
-class static_int8 final : public layer_engine {
- public:
-  static_int8(const linear_layer& l, hc::affine_params act)
-      : act_(act),
-        q_(hc::quantize_weights(l.w, l.out, l.in, hc::quant_granularity::per_channel)),
-        packed_(hc::packed_int8_weights::pack(q_.values, q_.rows, q_.cols)),
-        b_(l.b),
-        wsum_(l.out, 0) {
-    HONE_REQUIRE(act.scale > 0.0f && act.zero_point >= 0 && act.zero_point <= 255,
-                 "compress_mlp::static_int8: the activation scale must be positive and the zero "
-                 "point in [0, 255]");
-    for (std::size_t o = 0; o < q_.rows; ++o) {
-      for (std::size_t c = 0; c < q_.cols; ++c) wsum_[o] += q_.values[o * q_.cols + c];
-    }
-  }
-  void forward(std::span<const float> x, std::size_t m, std::span<float> y) override {
-    const std::size_t k = q_.cols, n = q_.rows, kp = packed_.kp, np = packed_.np;
-    a_.resize(m * kp);
-    acc_.resize(m * np);
-    const float inv = 1.0f / act_.scale;
-    const auto zp = static_cast<float>(act_.zero_point);
-    for (std::size_t r = 0; r < m; ++r) {
-      std::uint8_t* a = a_.data() + r * kp;
-      const float* xr = x.data() + r * k;
-      for (std::size_t c = 0; c < k; ++c) {
-        a[c] =
-            static_cast<std::uint8_t>(std::clamp(std::nearbyint(xr[c] * inv) + zp, 0.0f, 255.0f));
-      }
-      std::fill(a + k, a + kp, static_cast<std::uint8_t>(act_.zero_point));  // weights are 0 there
-    }
-    hc::int8_gemm(a_, m, packed_, acc_);
-    const double sx = act_.scale;
-    const std::int64_t z = act_.zero_point;
-    for (std::size_t r = 0; r < m; ++r) {
-      const std::int32_t* acc = acc_.data() + r * np;
-      for (std::size_t o = 0; o < n; ++o) {
-        const double v = sx * static_cast<double>(q_.scale(o)) *
-                         static_cast<double>(static_cast<std::int64_t>(acc[o]) - z * wsum_[o]);
-        y[r * n + o] = static_cast<float>(v + static_cast<double>(b_[o]));
-      }
-    }
-  }
-  [[nodiscard]] std::size_t in() const override { return q_.cols; }
-  [[nodiscard]] std::size_t out() const override { return q_.rows; }
-  [[nodiscard]] std::size_t bytes() const override {
-    return int8_bytes(q_, b_.size()) + sizeof(float) + 1;  // + the activation scale, zero point
-  }
-
- private:
-  hc::affine_params act_;
-  hc::quantized_weights q_;
-  hc::packed_int8_weights packed_;
-  std::vector<float> b_;
-  std::vector<std::int64_t> wsum_;
-  std::vector<std::uint8_t> a_;
-  std::vector<std::int32_t> acc_;
+  hc::ptq_linear l_;
 };
 
 /// Layer engines with a ReLU after each but the last.

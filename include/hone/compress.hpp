@@ -1,6 +1,6 @@
 // hone/compress.hpp: model compression on the user's own model types and hone's flat arenas: the
-// fused distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters
-// (docs/compress.md).
+// fused distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters,
+// post-training int8 quantization of a whole model (docs/compress.md, docs/quant.md).
 #pragma once
 
 #include "hone/compress/distill.hpp"
@@ -8,6 +8,7 @@
 #include "hone/compress/lora_io.hpp"
 #include "hone/compress/prune.hpp"
 #include "hone/compress/prune_checkpoint.hpp"
+#include "hone/compress/ptq.hpp"
 #include "hone/compress/qat.hpp"
 #include "hone/compress/quant.hpp"
 #include "hone/compress/quant_checkpoint.hpp"
