@@ -14,14 +14,15 @@
 //     void calibration_forward(std::span<const float> x, std::size_t rows,
 //                              const hone::compress::layer_input_hook& hook);
 //       // the fp32 forward pass on x [rows, model inputs] that calls hook(l, input, rows) with the
-//       // input [rows, in_features] of layer l (its index in quantizable_layers()) before running
-//       it
+//       // input [rows, in_features] of layer l (its index in quantizable_layers()) before
+//       // running it
 //   };
 //   static_assert(hone::compress::check_ptq_model<mlp>());
 //
-//   hc::quantized_model q = hc::post_training_quantize(net, batches, {.observer =
-//   hc::ptq_observer::mse}); q.layer(l).forward(x, m, y);       // in the user's inference code, in
-//   place of layer l hc::save_quantized_model(q, "model.safetensors");
+//   hc::quantized_model q =
+//       hc::post_training_quantize(net, batches, {.observer = hc::ptq_observer::mse});
+//   q.layer(l).forward(x, m, y);  // in the user's inference code, in place of layer l
+//   hc::save_quantized_model(q, "model.safetensors");
 //
 // Modes (ptq_options::mode):
 //  - static_int8: weights symmetric int8 (quantize_weights, per channel or per tensor); one uint8
