@@ -192,7 +192,8 @@ oracle_out oracle_static(const hc::quantized_weights& q, std::span<const float> 
 }
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 std::vector<std::vector<float>> batches_of(std::size_t count, std::size_t rows, std::size_t width,

@@ -108,7 +108,8 @@ std::vector<float> through_int8(const std::vector<float>& w, std::size_t rows, s
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 std::vector<float> master_of(std::span<const float> all, std::size_t offset, std::size_t n) {
