@@ -120,13 +120,12 @@ class fake_quant_training {
                  "arena), so fake quantization would overwrite the fp32 weights that QAT keeps. "
                  "Give the trainer a model whose tensors are separate buffers, or train in "
                  "bf16_mixed or fp16_mixed.");
-    if (targets_.empty() && !bound_) bind(t);
-    std::vector<float> buffer;
+    if (!bound_) bind(t);
     for (const auto& x : targets_) {
       const std::span<const float> w(master.data() + x.offset, x.rows * x.cols);
-      buffer.resize(w.size());
-      fake_quantize(w, x.rows, x.cols, o_.granularity, buffer);
-      x.write(x.weights, buffer);
+      buffer_.resize(w.size());  // grows to the largest tensor once, then reused every step
+      fake_quantize(w, x.rows, x.cols, o_.granularity, buffer_);
+      x.write(x.weights, buffer_);
     }
   }
 
@@ -197,6 +196,7 @@ class fake_quant_training {
   fake_quant_options o_;
   std::vector<target> targets_;
   bool bound_ = false;
+  std::vector<float> buffer_;  // one tensor's fake-quantized values before the cast
 };
 
 }  // namespace compress
