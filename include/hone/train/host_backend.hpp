@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -102,7 +103,19 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   }
 
   template <class Parts>
-  void check(const Parts& /*p*/) const noexcept {}
+  void check(const Parts& p) const {
+    if constexpr (Types::sharded && std::is_same_v<typename Types::clipping_type, clip_grad_norm>) {
+      HONE_REQUIRE(
+          p.clipping.norm_type == 2.0f,
+          "hone::trainer: hone::zero clips by the global L2 norm of the sharded "
+          "gradients (its sum of squares is all-gathered); clip_grad_norm with norm_type " +
+              std::to_string(p.clipping.norm_type) +
+              " would see only this rank's shard. Use norm_type = 2 or "
+              "hone::clip_grad_value");
+    } else {
+      (void)p;
+    }
+  }
 
   template <class Parts>
   void begin_step(Parts& p, std::size_t micro_batches) {
@@ -112,6 +125,21 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
 
   template <class Parts>
   void accumulate(Parts& p, float factor, bool accumulate) {
+    if constexpr (Types::zero_stage == 2) {
+      // Each micro-batch's unscaled gradients are reduce-scattered into this rank's shard.
+      p.reduction.scatter(
+          p.size(), std::span<float>(p.master_grad_data(), p.master_grad.all().size()),
+          [&](std::size_t start, std::span<float> dst) {
+            unscale_range(p.layout, p.model_grads, start, dst, factor);
+          },
+          accumulate);
+    } else {
+      accumulate_local(p, factor, accumulate);
+    }
+  }
+
+  template <class Parts>
+  void accumulate_local(Parts& p, float factor, bool accumulate) {
     if (direct_) {
       sum_sq_ = unscaled_sum_of_squares(p.grads, factor);
       factor_ = factor;
@@ -139,15 +167,27 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   /// The gradient reduction role, then the sum of squares of the reduced gradients.
   template <class Parts>
   void reduce_gradients(Parts& p) {
-    using reduction = typename Types::reduction_type;
-    static_assert(
-        requires(reduction & r, std::span<float> g) { r.reduce(g); },
-        "hone::trainer: the gradient reduction policy has no member function "
-        "reduce(std::span<float> master_gradients) for a host model.");
-    float* g = p.master_grad_data();
-    p.reduction.reduce(std::span<float>(g, p.size()));
-    sum_sq_ = hone::transform_reduce(p.size(), 0.0, square_in_double{}, hone::plus{},
-                                     static_cast<const float*>(g));
+    if constexpr (Types::sharded) {
+      // hone::zero: this rank's shard of the reduced gradients, and the global sum of squares.
+      float* g = p.master_grad_data();
+      const auto sh = p.reduction.shard(p.size());
+      if constexpr (Types::zero_stage == 1) p.reduction.reduce(std::span<float>(g, p.size()));
+      const float* mine = Types::zero_stage == 1 ? g + sh.offset : g;
+      const std::size_t n = Types::zero_stage == 1 ? sh.count : p.master_grad.all().size();
+      const double local =
+          n == 0 ? 0.0 : hone::transform_reduce(n, 0.0, square_in_double{}, hone::plus{}, mine);
+      sum_sq_ = p.reduction.global_sum(local);
+    } else {
+      using reduction = typename Types::reduction_type;
+      static_assert(
+          requires(reduction & r, std::span<float> g) { r.reduce(g); },
+          "hone::trainer: the gradient reduction policy has no member function "
+          "reduce(std::span<float> master_gradients) for a host model.");
+      float* g = p.master_grad_data();
+      p.reduction.reduce(std::span<float>(g, p.size()));
+      sum_sq_ = hone::transform_reduce(p.size(), 0.0, square_in_double{}, hone::plus{},
+                                       static_cast<const float*>(g));
+    }
   }
 
   /// The scaler's decision; for an applied step the clipping coefficient goes into
@@ -166,6 +206,23 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   /// group, then the working weights.
   template <class Parts>
   void apply_update(Parts& p, const optimizer_step_args& args) {
+    if constexpr (Types::sharded) {
+      // hone::zero: this rank's shard of the master weights with its shard of the state, then
+      // every rank's shard all-gathered into the full master weights.
+      const auto sh = p.reduction.shard(p.size());
+      if (p.state.layout().size() > 0) {
+        const float* g = p.master_grad_data() + (Types::zero_stage == 1 ? sh.offset : 0);
+        if (!shard_groups_known_ || !same_groups(seen_groups_, p.groups)) {
+          shard_groups_ = p.reduction.shard_groups(p.layout, p.groups);
+          seen_groups_ = p.groups;
+          shard_groups_known_ = true;
+        }
+        p.state.step(p.optimizer, args, p.master + sh.offset, g, shard_groups_);
+      }
+      p.reduction.gather(std::span<float>(p.master, p.size()));
+      if (!p.zero_copy) hone::for_each(p.weights_out, cast_to_working<working_type>{});
+      return;
+    }
     if constexpr (direct_capable) {
       if (direct_) {
         optimizer_step_args a = args;
@@ -276,7 +333,39 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     }
   }
 
+  /// hone::zero<2>: dst[k] = factor * (the model's gradient of arena element start + k), zeros
+  /// in the padding between tensors.
+  static void unscale_range(const arena_layout& layout, const std::vector<const working_type*>& g,
+                            std::size_t start, std::span<float> dst, float factor) {
+    std::fill(dst.begin(), dst.end(), 0.0f);
+    const auto& slots = layout.slots();
+    const std::size_t end = start + dst.size();
+    auto it = std::upper_bound(
+        slots.begin(), slots.end(), start,
+        [](std::size_t off, const arena_layout::slot& sl) { return off < sl.offset; });
+    if (it != slots.begin()) --it;
+    for (; it != slots.end() && it->offset < end; ++it) {
+      const std::size_t a = std::max(start, it->offset);
+      const std::size_t b = std::min(end, it->offset + it->count);
+      const working_type* src = g[static_cast<std::size_t>(it - slots.begin())] - it->offset;
+      for (std::size_t k = a; k < b; ++k) dst[k - start] = static_cast<float>(src[k]) * factor;
+    }
+  }
+  static bool same_groups(const std::vector<param_group>& a, const std::vector<param_group>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a[i].slots != b[i].slots || a[i].lr_scale != b[i].lr_scale ||
+          a[i].weight_decay != b[i].weight_decay) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   double sum_sq_ = 0.0;
+  std::vector<param_group> seen_groups_;   // hone::zero: the groups shard_groups_ was made from
+  std::vector<param_group> shard_groups_;  // hone::zero: the same groups over the shard
+  bool shard_groups_known_ = false;
   std::vector<const working_type*> grad_ptrs_;  // the direct route's per-slot gradient pointers
   float factor_ = 1.0f;  // the direct route's unscale factor (weight / loss scale)
   bool direct_ = false;

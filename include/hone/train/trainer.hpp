@@ -380,7 +380,9 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     };
     const auto grad = [&](std::size_t i) { return static_cast<const working_type*>(views[i][1]); };
     const arena_layout& layout = p_.layout;
-    p_.master_grad = arena<float, space_type>(layout);
+    // hone::zero<2>: the master gradients of this rank's shard only
+    p_.master_grad =
+        arena<float, space_type>(types::zero_stage == 2 ? p_.optimizer_layout() : layout);
     // the working weights are one arena with the layout's offsets
     const bool laid_out = detail::views_laid_out(views, layout, sizeof(working_type));
     if constexpr (offloaded) {
@@ -404,7 +406,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     for (std::size_t i = 0; i < views.size(); ++i) {
       const std::size_t n = layout[i].count;
       const std::size_t off = layout[i].offset;
-      p_.grads.add(n, p_.master_grad_data() + off, grad(i));
+      p_.model_grads.push_back(grad(i));
+      if constexpr (types::zero_stage != 2) p_.grads.add(n, p_.master_grad_data() + off, grad(i));
       if constexpr (offloaded) {
         if (!laid_out) {
           p_.work_in.add(n, p_.device_params + off, value(i));

@@ -167,6 +167,25 @@ struct trainer_types {
 
   /// Whether a gradient reduction policy combines the gradients of several processes.
   static constexpr bool reduces = !std::is_same_v<reduction_type, local_gradients>;
+  /// The ZeRO stage of the gradient reduction policy (hone::zero<1> or <2>), 0 without sharding:
+  /// the optimizer state (and with stage 2 the master gradients) cover this rank's shard only.
+  static constexpr int zero_stage = [] {
+    if constexpr (requires { reduction_type::zero_stage; }) {
+      return static_cast<int>(reduction_type::zero_stage);
+    } else {
+      return 0;
+    }
+  }();
+  static constexpr bool sharded = zero_stage > 0;
+  static_assert(!sharded || !offloaded,
+                "hone::trainer: hone::zero shards the optimizer state over the ranks, and the "
+                "offload role (hone::offload::optimizer_to_host) moves it to host memory; the two "
+                "do not combine yet. Use one of them.");
+  static_assert(!sharded || std::is_same_v<optimizer_type, adamw> ||
+                    std::is_same_v<optimizer_type, sgd>,
+                "hone::trainer: hone::zero needs an element-wise optimizer (hone::adamw or "
+                "hone::sgd): a shard cuts tensors, and block-quantized states such as "
+                "hone::adamw_8bit would not compute what one process computes.");
   /// Whether a step observer is told about the phases of each step.
   static constexpr bool observed = !std::is_same_v<observer_type, no_step_observer>;
   static_assert(
@@ -243,7 +262,20 @@ struct trainer_parts {
         constraint(policy_object<typename Types::constraint_type>(policies)),
         scaler(precision.scaler),
         layout(Types::make_layout(m)),
-        state(optimizer, layout) {}
+        state(optimizer, optimizer_layout()) {
+    static_assert(!Types::sharded || std::is_same_v<Space, host_space>,
+                  "hone::trainer: hone::zero runs on host models only so far; for a CUDA model "
+                  "use hone::nccl_data_parallel (hone/dist/nccl/data_parallel.hpp).");
+  }
+
+  /// The layout of the optimizer state: the parameters', or with hone::zero this rank's shard.
+  [[nodiscard]] arena_layout optimizer_layout() const {
+    if constexpr (Types::sharded) {
+      return reduction.shard_layout(layout);
+    } else {
+      return layout;
+    }
+  }
 
   model_type* model;
   std::tuple<Policies...> policies;
@@ -267,6 +299,7 @@ struct trainer_parts {
   arena<working_type, Space> work;        // offload: flat working weights (unless the model's)
   working_type* device_params = nullptr;  // offload: the working weights the engine publishes
   tensor_lists<float, const working_type> grads;            // master_grad <- model's gradients
+  std::vector<const working_type*> model_grads;             // the model's gradients, per slot
   tensor_lists<float, const working_type> weights_in;       // master <- model's weights
   tensor_lists<working_type, const float> weights_out;      // model's weights <- master
   tensor_lists<working_type, const working_type> work_in;   // offload: work <- model's weights

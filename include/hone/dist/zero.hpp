@@ -1,0 +1,343 @@
+// hone/dist/zero.hpp: hone::zero<1>(comm) and hone::zero<2>(comm), the trainer's gradient
+// reduction role for ZeRO data parallelism (DeepSpeed's ZeRO stages 1 and 2) over any
+// hone::dist::communicator: every rank keeps the optimizer state of one shard of the parameters
+// only, updates that shard, and the updated weights are all-gathered.
+//
+//   hone::dist::mpi_comm comm;                                    // outlives the trainer
+//   hone::trainer t(model, hone::adamw{}, hone::clip_grad_norm{.max_norm = 1.0f},
+//                   hone::zero<2>(comm));                         // or zero<1>
+//   hone::dist::broadcast_weights(t, comm);                       // rank 0's weights everywhere
+//   t.step(std::span<const batch>(this_ranks_micro_batches));
+//
+// The shards. The trainer's flat fp32 arena of N elements (the layout of the model's parameters)
+// is cut into `size()` contiguous shards of S = ceil(N / size()) elements, rounded up to a
+// multiple of 16 floats (64 bytes, the arena's alignment); rank r owns [r S, min(N, (r + 1) S)).
+// A tensor may straddle two shards: each rank's optimizer state is laid out over its piece of it
+// (shard_layout), so element-wise optimizers (hone::adamw, hone::sgd) compute exactly what one
+// process computes for those elements. Parameter groups follow the pieces (shard_groups).
+//
+// One step (the trainer's skeleton, hone/train/trainer.hpp, with the host backend's hooks):
+//  - zero<1>: the micro-batches accumulate into the full fp32 master gradient arena as without
+//    the role; after the last one, reduce() reduce-scatters it in windows so that each rank's
+//    shard of the arena holds the sum (and with `average`, the mean) over the ranks. One
+//    reduction per step, whatever the accumulation.
+//  - zero<2>: the trainer keeps an fp32 master gradient arena of the shard only; after every
+//    micro-batch, scatter() reduce-scatters that micro-batch's unscaled gradients (read from the
+//    model's gradient tensors into a staging bucket) and accumulates this rank's block into the
+//    shard. One reduction per micro-batch (DeepSpeed's stage 2 does the same), 4/d bytes per
+//    parameter of master gradients.
+//  - The gradient norm: each rank sums the squares of its shard in double; the sums are
+//    all-gathered and added in rank order (global_sum), so every rank holds the same bits: the
+//    loss scaler's inf/NaN decision and global-norm clipping (hone::clip_grad_norm, L2) agree on
+//    every rank.
+//  - The update: the optimizer steps this rank's shard of the master weights with its shard of
+//    the state; then gather() all-gathers the updated shards in windows into every rank's full
+//    master weights, which are cast into the model's working weights as without the role.
+//
+// The windows. A collective moves one window per rank: the reduce-scatter of window k sends
+// elements [r S + k B, r S + (k + 1) B) of every shard r (staged into one contiguous bucket of
+// size() B floats) and receives this rank's block; the all-gather is the reverse. B is
+// options.bucket_bytes / 4 / size() (at least 1 float), so the staging bucket holds about
+// bucket_bytes (DDP's 25 MiB by default): memory per rank is that bucket plus the shards
+// (staging_bytes()).
+//
+// Memory per parameter with fp32 AdamW and fp32 weights bound zero-copy (the model's weights are
+// the master weights): weights 4 + master gradients 4 + moments 8 = 16 bytes without sharding
+// (hone::data_parallel); zero<1> 4 + 4 + 8/d; zero<2> 4 + 4/d + 8/d, plus the staging bucket. The
+// model's own gradient tensors come on top in every mode (the model owns them).
+//
+// Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
+// (hone::adamw, hone::sgd); clipping by L2 norm or by value (another norm type is refused when the
+// trainer is built); no offload role; no uneven inputs (hone::dist::join needs
+// hone::data_parallel). Failure is never a hang: a collective that fails or times out throws
+// hone::dist_error naming the stage, the step, the window, the collective and the communicator's
+// own message; the job must then end (e.g. mpi_comm::abort()): the collectives are not resumed.
+// Checkpoints: a ZeRO trainer's optimizer state is its shard (checkpoint::capture of it is
+// refused with a sentence; docs/dist.md). See docs/dist.md, "ZeRO".
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hone/core/arena.hpp"
+#include "hone/core/config.hpp"
+#include "hone/core/error.hpp"
+#include "hone/core/roles.hpp"
+#include "hone/core/space.hpp"
+#include "hone/dist/communicator.hpp"
+#include "hone/optim/param_group.hpp"
+
+HONE_NAMESPACE_BEGIN
+
+/// The options of hone::zero.
+struct zero_options {
+  /// Bytes of the staging bucket of one collective (PyTorch DDP's bucket_cap_mb = 25): each
+  /// window moves bucket_bytes / 4 / size() floats per rank (at least one). Must be at least 4.
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Divide the summed gradients by the number of ranks (DDP's mean).
+  bool average = true;
+};
+
+namespace dist {
+/// This rank's shard of an arena: elements [offset, offset + count); every shard but the last
+/// spans `stride` elements (the last may be shorter or empty).
+struct shard_range {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+  std::size_t stride = 0;
+};
+
+/// The shards of an arena of `elements` floats over `ranks` ranks: the shard of `rank`.
+[[nodiscard]] inline shard_range shard_of(std::size_t elements, int rank, int ranks) {
+  HONE_REQUIRE(ranks >= 1 && rank >= 0 && rank < ranks,
+               "hone::dist::shard_of: rank " + std::to_string(rank) + " of " +
+                   std::to_string(ranks) + "; a rank must be in [0, ranks) and ranks >= 1");
+  constexpr std::size_t align = host_alignment / sizeof(float);
+  const auto d = static_cast<std::size_t>(ranks);
+  std::size_t stride = (elements + d - 1) / d;
+  stride = (stride + align - 1) / align * align;
+  const std::size_t offset = std::min(elements, static_cast<std::size_t>(rank) * stride);
+  return {offset, std::min(stride, elements - offset), stride};
+}
+}  // namespace dist
+
+/// The trainer's gradient reduction role for ZeRO stage `Stage` (1 or 2) over a communicator (see
+/// the file comment). Holds the communicator by reference: it must outlive the policy and the
+/// trainer. Build it with hone::zero<1>(comm) or hone::zero<2>(comm).
+template <int Stage, class Comm>
+class zero_redundancy {
+  static_assert(Stage == 1 || Stage == 2,
+                "hone::zero<Stage>: ZeRO stage 1 (optimizer state sharded) and stage 2 (optimizer "
+                "state and gradients sharded) exist; stage 3 (parameters sharded) does not: use "
+                "hone::zero<1> or hone::zero<2>.");
+  static_assert(dist::check_communicator<Comm>());
+
+ public:
+  using role = roles::gradient_reduction;
+  using communicator_type = Comm;
+  /// The ZeRO stage (the trainer reads it to shard its arenas).
+  static constexpr int zero_stage = Stage;
+
+  explicit zero_redundancy(Comm& comm, zero_options options = {})
+      : comm_(&comm), options_(options) {
+    HONE_REQUIRE(options_.bucket_bytes >= sizeof(float),
+                 "hone::zero: options.bucket_bytes is " + std::to_string(options_.bucket_bytes) +
+                     "; the staging bucket must hold at least one float (4 bytes). Leave it at "
+                     "its default (25 MiB, as PyTorch DDP) or give a positive size in bytes");
+    HONE_REQUIRE(comm.size() >= 1 && comm.rank() >= 0 && comm.rank() < comm.size(),
+                 "hone::zero: the communicator says rank " + std::to_string(comm.rank()) + " of " +
+                     std::to_string(comm.size()) +
+                     " ranks; a rank must be in [0, size()) and size() at least 1");
+  }
+
+  [[nodiscard]] Comm& communicator() noexcept { return *comm_; }
+  [[nodiscard]] const zero_options& options() const noexcept { return options_; }
+
+  /// This rank's shard of an arena of `elements` floats.
+  [[nodiscard]] dist::shard_range shard(std::size_t elements) const {
+    return dist::shard_of(elements, comm_->rank(), comm_->size());
+  }
+
+  /// The layout of this rank's shard of `full` (offsets relative to the shard's first element):
+  /// the pieces of the slots that overlap the shard, named as their slots. The optimizer state of
+  /// a ZeRO trainer is laid out over it.
+  [[nodiscard]] arena_layout shard_layout(const arena_layout& full) const {
+    return build_shard(full).layout;
+  }
+
+  /// The parameter groups of `full` (slot indices into `full`) as groups of shard_layout(full).
+  [[nodiscard]] std::vector<param_group> shard_groups(
+      const arena_layout& full, const std::vector<param_group>& groups) const {
+    const shard_map m = build_shard(full);
+    std::vector<param_group> out;
+    out.reserve(groups.size());
+    for (const param_group& g : groups) {
+      param_group s{{}, g.lr_scale, g.weight_decay};
+      for (std::size_t i = 0; i < m.source.size(); ++i) {
+        if (std::find(g.slots.begin(), g.slots.end(), m.source[i]) != g.slots.end()) {
+          s.slots.push_back(i);
+        }
+      }
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  /// zero<1>: after the step's last micro-batch, reduces the full master gradient arena so that
+  /// this rank's shard of it, [shard(n).offset, + count), holds the sum (with `average` the mean)
+  /// over the ranks. The other elements keep this rank's own gradients.
+  void reduce(std::span<float> master_gradients) requires(Stage == 1) {
+    const dist::shard_range sh = shard(master_gradients.size());
+    const std::span<const float> all = master_gradients;
+    scatter_windows(
+        all.size(), master_gradients.subspan(sh.offset, sh.count),
+        [&](std::size_t start, std::span<float> dst) {
+          std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(start), dst.size(), dst.begin());
+        },
+        /*accumulate=*/false, "the reduce_scatter of the master gradients");
+  }
+
+  /// zero<2>: reduce-scatters one micro-batch's gradients of an arena of `elements` floats into
+  /// this rank's shard (`shard_gradients`, the trainer's shard arena): fill(start, dst) writes
+  /// this rank's gradients of arena elements [start, start + dst.size()) into dst (zeros in the
+  /// padding). With `accumulate` the reduced values are added to the shard, else they replace it.
+  template <class Fill>
+  void scatter(std::size_t elements, std::span<float> shard_gradients, const Fill& fill,
+               bool accumulate) requires(Stage == 2) {
+    scatter_windows(elements, shard_gradients, fill, accumulate,
+                    "the reduce_scatter of a micro-batch's gradients");
+  }
+
+  /// The sum of every rank's `local` (one all_gather of one double), added in rank order: the
+  /// same bits on every rank. The trainer calls it once per step, after the gradients are
+  /// reduced: it counts the steps (the step number in error messages).
+  [[nodiscard]] double global_sum(double local) {
+    sums_.assign(static_cast<std::size_t>(comm_->size()), 0.0);
+    run("the all_gather of the gradients' sums of squares", steps_ + 1, 0, [&] {
+      return comm_->all_gather(std::span<const double>(&local, 1), std::span<double>(sums_));
+    });
+    ++steps_;
+    double s = 0.0;
+    for (double v : sums_) s += v;
+    return s;
+  }
+
+  /// All-gathers the ranks' shards of `master` (every rank's full fp32 master weights), in
+  /// windows, after this rank updated its own shard.
+  void gather(std::span<float> master) {
+    const dist::shard_range sh = shard(master.size());
+    const auto d = static_cast<std::size_t>(comm_->size());
+    const std::size_t b = window(d);
+    prepare(d, b);
+    std::size_t k = 0;
+    for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
+      const std::size_t w = std::min(b, sh.stride - o);
+      const std::size_t mine = o < sh.count ? std::min(w, sh.count - o) : 0;
+      std::copy_n(master.begin() + static_cast<std::ptrdiff_t>(sh.offset + o), mine, recv_.begin());
+      std::fill(recv_.begin() + static_cast<std::ptrdiff_t>(mine),
+                recv_.begin() + static_cast<std::ptrdiff_t>(w), 0.0f);
+      run("the all_gather of the updated master weights", steps_, k + 1, [&] {
+        return comm_->all_gather(std::span<const float>(recv_.data(), w),
+                                 std::span<float>(staging_.data(), d * w));
+      });
+      for (std::size_t r = 0; r < d; ++r) {
+        const std::size_t start = r * sh.stride + o;
+        if (start >= master.size()) break;
+        const std::size_t n = std::min(w, master.size() - start);
+        std::copy_n(staging_.begin() + static_cast<std::ptrdiff_t>(r * w), n,
+                    master.begin() + static_cast<std::ptrdiff_t>(start));
+      }
+    }
+  }
+
+  /// Bytes of the staging bucket and receive window (0 before the first collective).
+  [[nodiscard]] std::size_t staging_bytes() const noexcept {
+    return (staging_.capacity() + recv_.capacity()) * sizeof(float);
+  }
+  /// Steps reduced so far (global_sum calls).
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+
+ private:
+  struct shard_map {
+    arena_layout layout{sizeof(float)};
+    std::vector<std::size_t> source;  // the slot of `full` each shard slot is a piece of
+  };
+
+  [[nodiscard]] shard_map build_shard(const arena_layout& full) const {
+    const dist::shard_range sh = shard(full.total());
+    const std::size_t lo = sh.offset, hi = sh.offset + sh.count;
+    shard_map m;
+    for (std::size_t s = 0; s < full.size(); ++s) {
+      const auto& sl = full[s];
+      const std::size_t a = std::max(lo, sl.offset), b = std::min(hi, sl.offset + sl.count);
+      if (a >= b) continue;
+      // Shard boundaries and slot offsets are multiples of the alignment, so a shard never begins
+      // in the padding before a slot, and the pieces fall at their arena offsets.
+      const std::size_t at = m.layout.add(sl.name, b - a);
+      m.source.push_back(s);
+      HONE_REQUIRE(m.layout[at].offset == a - lo,
+                   "hone::zero: internal error: the shard layout of '" + sl.name +
+                       "' does not line up with the arena (shard offset " + std::to_string(lo) +
+                       ")");
+    }
+    return m;
+  }
+
+  [[nodiscard]] std::size_t window(std::size_t d) const noexcept {
+    return std::max<std::size_t>(1, options_.bucket_bytes / sizeof(float) / d);
+  }
+
+  void prepare(std::size_t d, std::size_t b) {
+    staging_.resize(d * b);
+    recv_.resize(b);
+  }
+
+  template <class Fill>
+  void scatter_windows(std::size_t elements, std::span<float> dst, const Fill& fill,
+                       bool accumulate, const char* what) {
+    const dist::shard_range sh = shard(elements);
+    const auto d = static_cast<std::size_t>(comm_->size());
+    const std::size_t b = window(d);
+    prepare(d, b);
+    const float ranks = static_cast<float>(d);
+    std::size_t k = 0;
+    for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
+      const std::size_t w = std::min(b, sh.stride - o);
+      for (std::size_t r = 0; r < d; ++r) {
+        const std::size_t start = r * sh.stride + o;
+        const std::size_t n = start < elements ? std::min(w, elements - start) : 0;
+        float* block = staging_.data() + r * w;
+        if (n > 0) fill(start, std::span<float>(block, n));
+        std::fill(block + n, block + w, 0.0f);
+      }
+      run(what, steps_ + 1, k + 1, [&] {
+        return comm_->reduce_scatter(std::span<const float>(staging_.data(), d * w),
+                                     std::span<float>(recv_.data(), w), dist::reduce_op::sum);
+      });
+      const std::size_t n = o < dst.size() ? std::min(w, dst.size() - o) : 0;
+      float* out = dst.data() + o;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float v = options_.average ? recv_[j] / ranks : recv_[j];
+        out[j] = accumulate ? out[j] + v : v;
+      }
+    }
+  }
+
+  /// Starts and waits one collective; a failure becomes a dist_error naming where it happened.
+  template <class Start>
+  void run(const char* what, std::uint64_t step, std::size_t window_no, const Start& start) {
+    try {
+      start().wait();
+    } catch (const std::exception& e) {
+      std::string where = "hone::zero<" + std::to_string(Stage) + ">: step " +
+                          std::to_string(step) + " on rank " + std::to_string(comm_->rank()) +
+                          " of " + std::to_string(comm_->size());
+      if (window_no > 0) where += ", window " + std::to_string(window_no);
+      throw dist_error(where + ", " + what + ": " + e.what() +
+                       " [the collectives of this step are not resumed: end the job, e.g. "
+                       "mpi_comm::abort()]");
+    }
+  }
+
+  Comm* comm_;
+  zero_options options_;
+  std::vector<float> staging_;  // size() windows, one per rank
+  std::vector<float> recv_;     // one window
+  std::vector<double> sums_;
+  std::uint64_t steps_ = 0;
+};
+
+/// hone::zero<1>(comm) or hone::zero<2>(comm): the ZeRO gradient reduction role (see the file
+/// comment).
+template <int Stage, class Comm>
+[[nodiscard]] zero_redundancy<Stage, Comm> zero(Comm& comm, zero_options options = {}) {
+  return zero_redundancy<Stage, Comm>(comm, options);
+}
+
+HONE_NAMESPACE_END

@@ -1,0 +1,52 @@
+// tests/dist/zero_scenario.hpp: the runs the ZeRO tests compare, shared by the thread-rank tests
+// (test_zero) and the MPI tests (test_mpi_zero): dp_scenario.hpp's training run (fp16 mixed
+// precision with dynamic loss scaling, AdamW with weight decay, global-norm clipping, accumulation
+// by count) with hone::zero<1> or hone::zero<2> as the gradient reduction role, `micro` micro-
+// batches per rank and step, and small windows (16 bytes: 4 floats per collective, so the 81-float
+// arena takes several windows per shard).
+#pragma once
+
+#include <hone/dist/zero.hpp>
+#include <span>
+#include <vector>
+
+#include "dp_scenario.hpp"
+
+inline constexpr hone::zero_options small_windows{.bucket_bytes = 16};
+
+/// The batches of rank `rank` at step `s`: `micro` of them, each scenario_batch of its own seed.
+inline std::vector<mlp_batch> zero_batches(const scenario& sc, int s, int rank, int ranks,
+                                           int micro) {
+  std::vector<mlp_batch> mb;
+  for (int k = 0; k < micro; ++k) mb.push_back(scenario_batch(sc, s, rank + k * ranks));
+  return mb;
+}
+
+/// Rank comm.rank()'s run with hone::zero<Stage>.
+template <int Stage, class Comm>
+std::vector<step_record> train_zero(Comm& comm, const scenario& sc, int micro = 1,
+                                    hone::zero_options o = small_windows) {
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<Stage>(comm, o));
+  std::vector<step_record> out;
+  for (int s = 0; s < sc.steps; ++s) {
+    const auto mb = zero_batches(sc, s, comm.rank(), comm.size(), micro);
+    out.push_back(record(t, t.step(std::span<const mlp_batch>(mb))));
+  }
+  return out;
+}
+
+/// One process accumulating every rank's micro-batches of each step.
+inline std::vector<step_record> train_zero_reference(int ranks, const scenario& sc, int micro) {
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m);
+  std::vector<step_record> out;
+  for (int s = 0; s < sc.steps; ++s) {
+    std::vector<mlp_batch> all;
+    for (int r = 0; r < ranks; ++r) {
+      for (auto& b : zero_batches(sc, s, r, ranks, micro)) all.push_back(std::move(b));
+    }
+    out.push_back(record(t, t.step(std::span<const mlp_batch>(all))));
+  }
+  return out;
+}
