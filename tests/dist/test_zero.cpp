@@ -14,12 +14,20 @@
 //    zero-copy takes 16 bytes per parameter with data_parallel, 8 + 8/d with zero<1>, 4 + 12/d
 //    with zero<2> (plus the staging bucket), for d = 1..4;
 //  - SGD with momentum and parameter groups (no weight decay for biases) against one process;
+//  - checkpoints: 2 ranks capture a checkpoint (collective), which resumes on 1, 2 and 3 ranks
+//    and in a trainer without ZeRO; each continuation matches one process that never stopped
+//    within 1e-6, every rank of a continuation holds the same bits, and the file holds whole
+//    tensors (the model's shapes);
 //  - errors: a failed collective names the stage, the step, the window and the collective;
 //    clip_grad_norm with another norm than L2 and a zero bucket are refused with sentences.
 #define BOOST_TEST_MODULE hone_dist_zero
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/dist.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/trainer.hpp>
@@ -348,6 +356,112 @@ BOOST_AUTO_TEST_CASE(sgd_with_momentum_and_parameter_groups_match_one_process) {
     BOOST_TEST(max_abs_diff(w1[0], ref) <= 1e-6, "ranks " << n << ": " << max_abs_diff(w1[0], ref));
     BOOST_TEST(max_abs_diff(ref, laid_out_linear(linear_sizes).w) > 1e-4);  // it trained
   }
+}
+
+namespace {
+namespace ck = hone::checkpoint;
+namespace fs = std::filesystem;
+
+/// Trains steps [from, to) of the 6-micro-batch global batch on comm.size() ranks (6 / size()
+/// micro-batches each) with hone::zero<Stage>, after restoring `dir` when it is not empty.
+/// Returns the master weights; with `save_to`, captures a checkpoint at the end (every rank)
+/// into *save_to.
+template <int Stage, class Comm>
+std::vector<float> zero_segment(Comm& c, const fs::path& dir, int from, int to,
+                                ck::snapshot* save_to = nullptr) {
+  const scenario sc{};
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
+  if (!dir.empty()) (void)ck::restore(t, dir);
+  for (int s = from; s < to; ++s) {
+    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  if (save_to != nullptr) ck::capture(t, *save_to);
+  const auto w = t.master_weights();
+  return {w.begin(), w.end()};
+}
+
+template <int Stage>
+std::vector<std::vector<float>> resume_on(int ranks, const fs::path& dir) {
+  thread_group g(ranks);
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
+  g.run([&](int r) {
+    thread_comm c(g, r);
+    out[static_cast<std::size_t>(r)] = zero_segment<Stage>(c, dir, 4, 8);
+  });
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_of_two_ranks_resumes_on_one_two_and_three) {
+  const fs::path root =
+      fs::temp_directory_path() / ("hone-test-zero-ckpt-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  // 2 ranks, zero<2>: steps 0..3, then a checkpoint captured by both ranks.
+  std::vector<ck::snapshot> snaps(2);
+  {
+    thread_group g(2);
+    g.run([&](int r) {
+      thread_comm c(g, r);
+      (void)zero_segment<2>(c, {}, 0, 4, &snaps[static_cast<std::size_t>(r)]);
+    });
+  }
+  const fs::path dir =
+      ck::write_snapshot(root, 4, snaps[0], {.compression = std::nullopt, .sync = false});
+  // One process that never stopped: the 6 micro-batches of every step, steps 0..7.
+  const scenario sc{};
+  mlp<hone::half> ref_model;
+  auto ref = scenario_trainer(ref_model);
+  for (int s = 0; s < 8; ++s) {
+    std::vector<mlp_batch> mb;
+    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
+    (void)ref.step(std::span<const mlp_batch>(mb));
+  }
+  const auto rw = ref.master_weights();
+  const std::vector<float> want(rw.begin(), rw.end());
+  // The file holds whole tensors with the model's shapes (what any hone trainer or hone-ckpt
+  // reads).
+  const ck::tensor_file of = ck::tensor_file::open(dir / ck::files::optimizer);
+  BOOST_TEST((of.find("exp_avg.layer1.weight")->shape == ck::shape_type{8, 6}));
+  BOOST_TEST((of.find("exp_avg_sq.layer2.bias")->shape == ck::shape_type{1}));
+  for (int ranks : {1, 2, 3}) {
+    BOOST_TEST_CONTEXT("resumed on " << ranks << " ranks") {
+      const auto w1 = resume_on<1>(ranks, dir);
+      const auto w2 = resume_on<2>(ranks, dir);
+      for (int r = 0; r < ranks; ++r) {
+        BOOST_TEST(same_bits(w1[static_cast<std::size_t>(r)], w1[0]));
+        BOOST_TEST(same_bits(w2[static_cast<std::size_t>(r)], w2[0]));
+      }
+      BOOST_TEST(max_abs_diff(w1[0], want) <= 1e-6, max_abs_diff(w1[0], want));
+      BOOST_TEST(max_abs_diff(w2[0], want) <= 1e-6, max_abs_diff(w2[0], want));
+    }
+  }
+  // A trainer without ZeRO restores it too.
+  mlp<hone::half> m;
+  auto plain = scenario_trainer(m);
+  (void)ck::restore(plain, dir);
+  for (int s = 4; s < 8; ++s) {
+    std::vector<mlp_batch> mb;
+    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
+    (void)plain.step(std::span<const mlp_batch>(mb));
+  }
+  const auto pw = plain.master_weights();
+  BOOST_TEST(max_abs_diff(std::vector<float>(pw.begin(), pw.end()), want) <= 1e-6);
+  // Without the optimizer state the continuation would differ: the comparison can fail.
+  mlp<hone::half> fresh_model;
+  auto fresh = scenario_trainer(fresh_model);
+  (void)ck::restore(fresh, dir);
+  fresh.optimizer_state().exp_avg().all()[0] += 1.0f;
+  for (int s = 4; s < 8; ++s) {
+    std::vector<mlp_batch> mb;
+    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
+    (void)fresh.step(std::span<const mlp_batch>(mb));
+  }
+  const auto fw = fresh.master_weights();
+  BOOST_TEST(max_abs_diff(std::vector<float>(fw.begin(), fw.end()), want) > 1e-5);
+  fs::remove_all(root);
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_collective_names_the_stage_the_step_and_the_window) {

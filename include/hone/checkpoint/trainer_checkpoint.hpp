@@ -23,8 +23,15 @@
 // step). With F32 weights, restore() followed by the same steps is bitwise identical to never
 // stopping (CPU). content_policy::weights_only saves the weights in the model's working dtype (or
 // weights_dtype) and state.json.
+//
+// A ZeRO trainer (hone::zero<1|2>, hone/dist/zero.hpp) holds one shard of the optimizer state per
+// rank: capture() is then collective (every rank calls it; it all-gathers each state tensor's
+// shards into whole tensors, and one rank writes the snapshot), and the checkpoint is the one an
+// unsharded trainer writes. restore() reads the whole tensors on every rank and keeps its shard,
+// so a checkpoint of N ranks resumes on any number of ranks (docs/dist.md, "ZeRO").
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -127,6 +134,17 @@ template <class Trainer>
 inline constexpr bool offloaded_trainer_v = [] {
   if constexpr (requires { Trainer::offloaded; }) {
     return static_cast<bool>(Trainer::offloaded);
+  } else {
+    return false;
+  }
+}();
+
+/// Whether a trainer shards its optimizer state over ranks (hone::zero): capture() all-gathers the
+/// shards into whole tensors, restore() keeps this rank's piece of them.
+template <class Trainer>
+inline constexpr bool sharded_trainer_v = [] {
+  if constexpr (requires { Trainer::sharded; }) {
+    return static_cast<bool>(Trainer::sharded);
   } else {
     return false;
   }
@@ -272,9 +290,24 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
                       master.subspan(slot.offset, slot.count), wdt);
   }
   if (full) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
-      stage.add_state(std::string(name) + ".", a, o);
-    });
+    if constexpr (sharded_trainer_v<Trainer>) {
+      // hone::zero: each state tensor's shards all-gathered into whole tensors (every rank calls
+      // capture; the checkpoint is the one an unsharded trainer writes).
+      auto& zero = t.gradient_reduction();
+      const auto sh = zero.shard(layout.total());
+      t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+        std::remove_cvref_t<decltype(a)> whole(layout);
+        const auto part = a.all();
+        std::copy(part.begin(), part.end(),
+                  whole.all().begin() + static_cast<std::ptrdiff_t>(sh.offset));
+        zero.gather(whole.all());
+        stage.add_state(std::string(name) + ".", whole, o);
+      });
+    } else {
+      t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+        stage.add_state(std::string(name) + ".", a, o);
+      });
+    }
   }
   stage.finish();
   s.set_metadata(files::weights, "format", "pt");
@@ -335,9 +368,21 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
     load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
   }
   if (f.optimizer) {
-    t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
-      load.load_state(*f.optimizer, a, std::string(name) + ".");
-    });
+    if constexpr (detail::sharded_trainer_v<Trainer>) {
+      // hone::zero: the whole tensors read, this rank's shard kept (any number of ranks).
+      const auto sh = t.gradient_reduction().shard(layout.total());
+      t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+        std::remove_cvref_t<decltype(a)> whole(layout);
+        load.load_state(*f.optimizer, whole, std::string(name) + ".");
+        const auto part = a.all();
+        std::copy_n(whole.all().begin() + static_cast<std::ptrdiff_t>(sh.offset), part.size(),
+                    part.begin());
+      });
+    } else {
+      t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+        load.load_state(*f.optimizer, a, std::string(name) + ".");
+      });
+    }
   }
   t.publish_weights();  // on CUDA stream-ordered after the copies
   load.finish();

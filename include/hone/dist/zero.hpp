@@ -52,8 +52,10 @@
 // hone::data_parallel). Failure is never a hang: a collective that fails or times out throws
 // hone::dist_error naming the stage, the step, the window, the collective and the communicator's
 // own message; the job must then end (e.g. mpi_comm::abort()): the collectives are not resumed.
-// Checkpoints: a ZeRO trainer's optimizer state is its shard (checkpoint::capture of it is
-// refused with a sentence; docs/dist.md). See docs/dist.md, "ZeRO".
+// Checkpoints: hone::checkpoint::capture of a ZeRO trainer is collective (every rank calls it; the
+// state's shards are all-gathered into whole tensors and one rank writes them), and restore keeps
+// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks. See
+// docs/dist.md, "ZeRO".
 #pragma once
 
 #include <algorithm>
