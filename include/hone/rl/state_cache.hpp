@@ -10,21 +10,23 @@
 // hash; get_or_compute returns std::shared_ptr<const Value> (valid after eviction) and runs f
 // outside the lock, so two threads missing the same key may both compute it (the second result
 // is dropped; both count as misses).
+//
+// The LRU itself is hone::detail::lru_map (hone/core/detail/lru.hpp), the one LRU of the library,
+// which the data module's feature cache (hone/data/feature_cache.hpp, a RAM tier within a byte
+// budget that spills to a zstd disk tier) is built on too.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <iterator>
-#include <list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/core/detail/lru.hpp"
 #include "hone/core/error.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -73,44 +75,31 @@ class state_cache {
 
   /// The cached value (nullptr on a miss); counts a hit or a miss and refreshes recency.
   const Value* find(const Key& key) {
-    auto it = index_.find(key);
-    if (it == index_.end()) {
-      ++stats_.misses;
-      return nullptr;
-    }
-    ++stats_.hits;
-    order_.splice(order_.begin(), order_, it->second);
-    return &it->second->value;
+    const Value* v = lru_.touch(key);
+    ++(v != nullptr ? stats_.hits : stats_.misses);
+    return v;
   }
 
   /// Stores (or replaces) key's value as the most recent entry, then evicts to the limits. The
   /// new entry itself is kept even when it alone exceeds max_bytes.
   const Value& insert(const Key& key, Value value) {
-    if (auto it = index_.find(key); it != index_.end()) erase_entry(it->second);
     const std::size_t b = size_of_(value);
-    order_.push_front(entry{key, std::move(value), b});
-    index_.emplace(key, order_.begin());
-    stats_.bytes += b;
-    ++stats_.entries;
-    while (stats_.entries > 1 && over_limits()) {
-      erase_entry(std::prev(order_.end()));
+    Value& stored = lru_.insert(key, std::move(value), b);
+    while (lru_.size() > 1 && over_limits()) {
+      lru_.pop_lru();
       ++stats_.evictions;
     }
-    return order_.front().value;
+    sync_sizes();
+    return stored;
   }
 
   /// Whether `key` is cached (no statistics, no recency change).
-  [[nodiscard]] bool contains(const Key& key) const { return index_.contains(key); }
+  [[nodiscard]] bool contains(const Key& key) const { return lru_.contains(key); }
   /// The cached value or nullptr, without statistics or recency change.
-  [[nodiscard]] const Value* peek(const Key& key) const {
-    auto it = index_.find(key);
-    return it == index_.end() ? nullptr : &it->second->value;
-  }
+  [[nodiscard]] const Value* peek(const Key& key) const { return lru_.peek(key); }
   void clear() {
-    order_.clear();
-    index_.clear();
-    stats_.entries = 0;
-    stats_.bytes = 0;
+    lru_.clear();
+    sync_sizes();
   }
   void reset_stats() noexcept { stats_.hits = stats_.misses = stats_.evictions = 0; }
 
@@ -124,28 +113,18 @@ class state_cache {
   [[nodiscard]] const state_cache_limits& limits() const noexcept { return limits_; }
 
  private:
-  struct entry {
-    Key key;
-    Value value;
-    std::size_t bytes;
-  };
-  using iterator = typename std::list<entry>::iterator;
-
   [[nodiscard]] bool over_limits() const noexcept {
-    return (limits_.max_entries > 0 && stats_.entries > limits_.max_entries) ||
-           (limits_.max_bytes > 0 && stats_.bytes > limits_.max_bytes);
+    return (limits_.max_entries > 0 && lru_.size() > limits_.max_entries) ||
+           (limits_.max_bytes > 0 && lru_.bytes() > limits_.max_bytes);
   }
-  void erase_entry(iterator it) {
-    stats_.bytes -= it->bytes;
-    --stats_.entries;
-    index_.erase(it->key);
-    order_.erase(it);
+  void sync_sizes() noexcept {
+    stats_.entries = lru_.size();
+    stats_.bytes = lru_.bytes();
   }
 
   state_cache_limits limits_;
   SizeOf size_of_;
-  std::list<entry> order_;  // most recent first
-  std::unordered_map<Key, iterator, Hash, Eq> index_;
+  detail::lru_map<Key, Value, Hash, Eq> lru_;  // the LRU core shared with data::feature_cache
   state_cache_stats stats_;
 };
 
