@@ -362,26 +362,6 @@ namespace {
 namespace ck = hone::checkpoint;
 namespace fs = std::filesystem;
 
-/// Trains steps [from, to) of the 6-micro-batch global batch on comm.size() ranks (6 / size()
-/// micro-batches each) with hone::zero<Stage>, after restoring `dir` when it is not empty.
-/// Returns the master weights; with `save_to`, captures a checkpoint at the end (every rank)
-/// into *save_to.
-template <int Stage, class Comm>
-std::vector<float> zero_segment(Comm& c, const fs::path& dir, int from, int to,
-                                ck::snapshot* save_to = nullptr) {
-  const scenario sc{};
-  mlp<hone::half> m;
-  auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
-  if (!dir.empty()) (void)ck::restore(t, dir);
-  for (int s = from; s < to; ++s) {
-    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
-    (void)t.step(std::span<const mlp_batch>(mb));
-  }
-  if (save_to != nullptr) ck::capture(t, *save_to);
-  const auto w = t.master_weights();
-  return {w.begin(), w.end()};
-}
-
 template <int Stage>
 std::vector<std::vector<float>> resume_on(int ranks, const fs::path& dir) {
   thread_group g(ranks);
@@ -412,15 +392,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_two_ranks_resumes_on_one_two_and_three) {
       ck::write_snapshot(root, 4, snaps[0], {.compression = std::nullopt, .sync = false});
   // One process that never stopped: the 6 micro-batches of every step, steps 0..7.
   const scenario sc{};
-  mlp<hone::half> ref_model;
-  auto ref = scenario_trainer(ref_model);
-  for (int s = 0; s < 8; ++s) {
-    std::vector<mlp_batch> mb;
-    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
-    (void)ref.step(std::span<const mlp_batch>(mb));
-  }
-  const auto rw = ref.master_weights();
-  const std::vector<float> want(rw.begin(), rw.end());
+  const std::vector<float> want = six_batch_reference(8);
   // The file holds whole tensors with the model's shapes (what any hone trainer or hone-ckpt
   // reads).
   const ck::tensor_file of = ck::tensor_file::open(dir / ck::files::optimizer);

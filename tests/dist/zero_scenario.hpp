@@ -6,6 +6,8 @@
 // arena takes several windows per shard).
 #pragma once
 
+#include <filesystem>
+#include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/dist/zero.hpp>
 #include <span>
 #include <vector>
@@ -49,4 +51,40 @@ inline std::vector<step_record> train_zero_reference(int ranks, const scenario& 
     out.push_back(record(t, t.step(std::span<const mlp_batch>(all))));
   }
   return out;
+}
+
+// ---- checkpoints across world sizes: a global batch of 6 micro-batches per step ----
+
+/// Trains steps [from, to) of the 6-micro-batch global batch on comm.size() ranks (6 / size()
+/// micro-batches each) with hone::zero<Stage>, after restoring `dir` when it is not empty.
+/// Returns the master weights; with `save_to`, captures a checkpoint at the end (every rank)
+/// into *save_to.
+template <int Stage, class Comm>
+std::vector<float> zero_segment(Comm& c, const std::filesystem::path& dir, int from, int to,
+                                hone::checkpoint::snapshot* save_to = nullptr) {
+  const scenario sc{};
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
+  if (!dir.empty()) (void)hone::checkpoint::restore(t, dir);
+  for (int s = from; s < to; ++s) {
+    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  if (save_to != nullptr) hone::checkpoint::capture(t, *save_to);
+  const auto w = t.master_weights();
+  return {w.begin(), w.end()};
+}
+
+/// One process that never stopped: the 6 micro-batches of every step, steps [0, steps).
+inline std::vector<float> six_batch_reference(int steps) {
+  const scenario sc{};
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<mlp_batch> mb;
+    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  const auto w = t.master_weights();
+  return {w.begin(), w.end()};
 }
