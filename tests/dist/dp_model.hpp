@@ -97,3 +97,17 @@ struct mlp {
     return loss;
   }
 };
+
+/// mlp<T> whose backward reports parameters' gradients final (hone::gradient_ready) after
+/// computing them, in the order `order` (positions in parameters(); some may be left out, or
+/// repeated to test the refusal), so that a data-parallel trainer overlaps its reduction.
+template <class T>
+struct mlp_reporting : mlp<T> {
+  std::vector<std::size_t> order{3, 2, 1, 0};  // backward order: the last layer first
+  using mlp<T>::forward_backward;
+  float forward_backward(const mlp_batch& bt, float scale, hone::gradient_ready ready) {
+    const float loss = mlp<T>::forward_backward(bt, scale);
+    for (std::size_t i : order) ready(i);
+    return loss;
+  }
+};

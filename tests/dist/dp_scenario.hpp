@@ -60,8 +60,8 @@ inline mlp_batch scenario_batch(const scenario& sc, int step, int rank) {
   return b;
 }
 
-template <class... Extra>
-auto scenario_trainer(mlp<hone::half>& m, Extra... extra) {
+template <class Model, class... Extra>
+auto scenario_trainer(Model& m, Extra... extra) {
   return hone::trainer(m,
                        hone::fp16_mixed<>{.scaler = {.init_scale = 65536.0f, .growth_interval = 3}},
                        hone::adamw{.weight_decay = 0.01f}, hone::clip_grad_norm{.max_norm = 0.5f},

@@ -18,6 +18,8 @@
 //      16-bit all_reduce (sum rounded, max with NaN) on bfloat16 and half;
 //  (g) two (three) ranks holding a gradient of 40000 each: on the fp16 wire the sum overflows to
 //      inf and the step is skipped on every rank; on bf16 and fp32 it is taken;
+//  (h) overlap with backward (a model reporting hone::gradient_ready) gives the bits of the
+//      reduction after backward, with buckets started during backward;
 //  and broadcast_weights gives every rank the root's weights.
 #define BOOST_TEST_MODULE hone_dist_mpi_data_parallel
 #include <boost/test/unit_test.hpp>
@@ -332,4 +334,33 @@ BOOST_AUTO_TEST_CASE(an_fp16_sum_that_overflows_skips_the_step_on_every_rank) { 
       check_identical_on_every_rank(c, std::vector<step_record>{record(t, report)});
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(overlap_with_backward_gives_the_same_bits) {
+  // mlp_reporting reports its gradients final in backward order: buckets start their
+  // reduce_scatter during backward (early_starts), tested for progress at each report; the
+  // weights are the bits of the reduction after backward, on every rank.
+  auto c = make_comm();
+  const scenario sc{};
+  const auto run = [&](bool overlap) {
+    mlp_reporting<hone::half> m;
+    hone::data_parallel_options o = scenario_buckets;
+    o.overlap_with_backward = overlap;
+    auto t = scenario_trainer(m, hone::data_parallel(c, o));
+    std::vector<step_record> out;
+    std::size_t early = 0;
+    for (int s = 0; s < sc.steps; ++s) {
+      out.push_back(record(t, t.step(scenario_batch(sc, s, c.rank()))));
+      early += t.gradient_reduction().early_starts();
+    }
+    return std::pair{out, early};
+  };
+  const auto [over, early] = run(true);
+  const auto [after, none] = run(false);
+  check_identical_on_every_rank(c, over);
+  for (std::size_t s = 0; s < over.size(); ++s) {
+    BOOST_TEST(same_bits(over[s].master, after[s].master), "step " << s);
+  }
+  BOOST_TEST(early > 0u);
+  BOOST_TEST(none == 0u);
 }

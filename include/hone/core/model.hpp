@@ -39,6 +39,32 @@ struct parameter {
   view_type grad;
 };
 
+/// What a model's backward may call to say that a parameter's gradient is final: ready(i) with i
+/// the parameter's position in parameters(). A model that takes it as a third argument,
+/// `float forward_backward(const Batch&, float loss_scale, hone::gradient_ready ready)`, lets a
+/// data-parallel trainer start reducing the gradients of the last layers while backward computes
+/// the earlier ones (PyTorch DDP's autograd hooks; docs/dist.md, "Overlap with backward").
+/// Contract: call it from the thread that runs forward_backward, at most once per parameter and
+/// backward, after that parameter's gradients are written, and write them no more in this
+/// backward. Parameters never reported are handled after forward_backward returns; a model may
+/// report none. A default-constructed gradient_ready does nothing (the model may call it anyway).
+class gradient_ready {
+ public:
+  using callback = void (*)(void* context, std::size_t parameter);
+  constexpr gradient_ready() noexcept = default;
+  constexpr gradient_ready(callback fn, void* context) noexcept : fn_(fn), context_(context) {}
+  /// Parameter `parameter` (its index in parameters()) holds its final gradient.
+  void operator()(std::size_t parameter) const {
+    if (fn_ != nullptr) fn_(context_, parameter);
+  }
+  /// Whether anyone listens (false: the calls cost a branch).
+  [[nodiscard]] explicit operator bool() const noexcept { return fn_ != nullptr; }
+
+ private:
+  callback fn_ = nullptr;
+  void* context_ = nullptr;
+};
+
 /// Customization point. The primary template forwards to the model's own members; specialize it
 /// for a type you cannot change (as mp-units does with quantity_like_traits):
 ///
@@ -51,11 +77,35 @@ struct model_traits {
   template <class U = M>
   requires requires(U& m) { m.parameters(); }
   static decltype(auto) parameters(U& m) { return m.parameters(); }
+  /// The model's forward_backward(batch, scale), or its forward_backward(batch, scale, ready)
+  /// with a gradient_ready that does nothing.
   template <class Batch, class U = M>
-  requires requires(U& m, const Batch& b, float s) { m.forward_backward(b, s); }
-  static decltype(auto) forward_backward(U& m, const Batch& b, float loss_scale) {
-    return m.forward_backward(b, loss_scale);
+  requires(
+      requires(U& m, const Batch& b, float s) { m.forward_backward(b, s); } ||
+      requires(U & m, const Batch& b, float s, gradient_ready r) {
+        m.forward_backward(b, s, r);
+      }) static decltype(auto) forward_backward(U& m, const Batch& b, float loss_scale) {
+    if constexpr (requires { m.forward_backward(b, loss_scale); }) {
+      return m.forward_backward(b, loss_scale);
+    } else {
+      return m.forward_backward(b, loss_scale, gradient_ready{});
+    }
   }
+  /// The model's forward_backward(batch, scale, ready), when it reports gradient readiness.
+  template <class Batch, class U = M>
+  requires requires(U& m, const Batch& b, float s, gradient_ready r) {
+    m.forward_backward(b, s, r);
+  }
+  static decltype(auto) forward_backward(U& m, const Batch& b, float loss_scale,
+                                         gradient_ready ready) {
+    return m.forward_backward(b, loss_scale, ready);
+  }
+};
+
+/// M reports gradient readiness for a Batch: forward_backward(batch, loss_scale, gradient_ready).
+template <class M, class Batch>
+concept reports_gradient_ready = requires(M& m, const Batch& b, float s, gradient_ready r) {
+  { model_traits<M>::forward_backward(m, b, s, r) } -> std::convertible_to<float>;
 };
 
 /// A parameter record: a name, a shape, and value/grad views of one element type.

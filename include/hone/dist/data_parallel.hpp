@@ -24,9 +24,20 @@
 // Order: all reduce_scatters are started in bucket order, then bucket by bucket the scatter is
 // waited, averaged and its gather started, then the gathers are waited in order. The collectives
 // of different buckets overlap each other (later buckets' scatters progress while earlier ones
-// are waited and gathered); they do not overlap backward (the trainer calls reduce() after the
-// last micro-batch; Open MPI progresses non-blocking collectives only inside MPI calls, ompi
-// issue #9759, so a collective started during backward would mostly run at its wait anyway).
+// are waited and gathered).
+//
+// Overlap with backward (options .overlap_with_backward, on by default): when the model's
+// forward_backward takes a hone::gradient_ready and calls it as each parameter's gradients become
+// final (PyTorch DDP's autograd hooks), the trainer accumulates that parameter into the master
+// gradients at once and reports its arena range (range_ready); a bucket whose elements are all
+// final starts its reduce_scatter during the last micro-batch's backward, in plan order, and each
+// report also tests the newest started collective, which is what makes Open MPI progress them (it
+// progresses non-blocking collectives only inside MPI calls, ompi issue #9759). reduce() then
+// starts the remaining scatters and, in plan order, averages each bucket and starts its gather
+// (not earlier: every rank must start the same collectives in the same order, and when a test
+// finds a scatter complete differs between ranks). The same sums in the same order: the bits are
+// those of the reduction after backward. fp32 wire, without uneven_inputs. See docs/dist.md,
+// "Overlap with backward".
 //
 // Failure is never a hang: a wait that fails or times out (the communicator's timeout, e.g.
 // hone::dist::mpi_comm's) is rethrown as hone::dist_error naming the step (the number of this
@@ -64,6 +75,7 @@
 #include <utility>
 #include <vector>
 
+#include "hone/core/arena.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/roles.hpp"
@@ -120,6 +132,13 @@ struct data_parallel_options {
   /// communicator must run reduce_scatter and all_gather on hone::bfloat16 / hone::half
   /// (local_comm and mpi_comm do). Every rank must set it alike.
   wire_format wire = wire_format::fp32;
+  /// Start a bucket's reduction during the last micro-batch's backward, as soon as the model
+  /// reports all of its gradients final (a model whose forward_backward takes a
+  /// hone::gradient_ready; PyTorch DDP's autograd hooks), instead of after backward. The
+  /// arithmetic is the same: the bits do not change. Used with the fp32 wire and without
+  /// uneven_inputs; otherwise, and for models that report nothing, the reduction runs after
+  /// backward. Every rank must set it alike.
+  bool overlap_with_backward = true;
 };
 
 namespace dist {
@@ -233,11 +252,65 @@ class data_parallel {
     return local_count / total;
   }
 
+  /// Overlap with backward (options().overlap_with_backward): the trainer calls it before the
+  /// last micro-batch of a step whose model reports gradient readiness, with the master gradient
+  /// arena and its layout. Returns false when the options rule overlap out (then reduce() does
+  /// the whole reduction). After true, range_ready() reports arena ranges whose gradients are
+  /// final, and reduce() (after backward) completes the step's reduction.
+  [[nodiscard]] bool begin_overlap(std::span<float> master_gradients, const arena_layout& layout) {
+    if (!options_.overlap_with_backward || options_.wire != wire_format::fp32 ||
+        options_.uneven_inputs) {
+      return false;
+    }
+    refuse_if_pending(s_.reductions + 1);
+    prepare(master_gradients.size());
+    ++s_.reductions;
+    s_.grads = master_gradients;
+    s_.pending = s_.overlapping = true;
+    s_.averaged = s_.gathered_started = s_.gathered = s_.early_starts = 0;
+    s_.scatters.clear();
+    s_.gathers.clear();
+    s_.waiting.assign(s_.pieces.size(), 0);
+    for (const auto& sl : layout.slots()) count_overlaps(sl.offset, sl.count, true);
+    start_ready();  // a piece of padding only is ready at once
+    return true;
+  }
+
+  /// Overlap: arena elements [offset, offset + count) hold their final gradients for this step.
+  /// Starts, in plan order, the reduce_scatter of every bucket whose elements are all final, and
+  /// drives the collectives already started (test(): MPI progresses them inside its calls). Throws
+  /// dist_error naming the step and bucket when a collective fails (the reduction stays pending).
+  void range_ready(std::size_t offset, std::size_t count) {
+    HONE_REQUIRE(s_.overlapping,
+                 "hone::data_parallel: range_ready() without begin_overlap() for this step");
+    HONE_REQUIRE(offset + count <= s_.elements,
+                 "hone::data_parallel: range_ready(" + std::to_string(offset) + ", " +
+                     std::to_string(count) + ") runs past the arena of " +
+                     std::to_string(s_.elements) + " floats");
+    count_overlaps(offset, count, false);
+    start_ready();
+    advance();
+  }
+
+  /// Pieces (buckets, and the last bucket's padded tail) of the last reduction whose
+  /// reduce_scatter started during backward (overlap), before reduce() was called.
+  [[nodiscard]] std::size_t early_starts() const noexcept { return s_.early_starts; }
+
   /// Sums (and with options().average, averages) `master_gradients` over the ranks, in place.
   /// Every rank must call it with an arena of the same size, once per step. Throws dist_error
   /// naming the step and bucket when a collective fails or times out (the reduction then stays
   /// pending: finish_pending()), and config_error when the arena size changes between calls.
   void reduce(std::span<float> master_gradients) {
+    if (s_.overlapping) {  // begun during backward: start the rest, then wait for everything
+      s_.overlapping = false;
+      HONE_REQUIRE(
+          master_gradients.data() == s_.grads.data() && master_gradients.size() == s_.grads.size(),
+          "hone::data_parallel: reduce() was given another arena than begin_overlap()");
+      s_.early_starts = s_.scatters.size();
+      if (s_.tail > 0 && s_.scatters.size() < s_.pieces.size()) fill_pad();
+      drive();
+      return;
+    }
     refuse_if_pending(s_.reductions);
     ++s_.reductions;
     if (options_.uneven_inputs) {
@@ -306,6 +379,7 @@ class data_parallel {
     prepare(master_gradients.size());
     s_.grads = master_gradients;
     s_.pending = true;
+    s_.early_starts = 0;
     s_.averaged = s_.gathered_started = s_.gathered = 0;
     s_.scatters.clear();
     s_.gathers.clear();
@@ -318,10 +392,76 @@ class data_parallel {
     } else if (options_.wire == wire_format::fp16) {
       round_into(s_.fp16);
     } else if (s_.tail > 0) {
-      std::copy_n(master_gradients.data(), s_.tail, s_.pad.data());
-      std::fill(s_.pad.begin() + static_cast<std::ptrdiff_t>(s_.tail), s_.pad.end(), 0.0f);
+      fill_pad();
     }
     drive();
+  }
+
+  /// The fp32 arena's first `tail` elements into the padded tail's buffer.
+  void fill_pad() {
+    std::copy_n(s_.grads.data(), s_.tail, s_.pad.data());
+    std::fill(s_.pad.begin() + static_cast<std::ptrdiff_t>(s_.tail), s_.pad.end(), 0.0f);
+  }
+
+  /// Overlap: adds (`add`) or removes the elements of [offset, offset + count) that each piece
+  /// covers to or from the piece's count of elements not final yet.
+  void count_overlaps(std::size_t offset, std::size_t count, bool add) {
+    for (std::size_t k = 0; k < s_.pieces.size(); ++k) {
+      const auto& p = s_.pieces[k];
+      const std::size_t b = p.padded ? 0 : p.offset;
+      const std::size_t e = p.padded ? s_.tail : p.offset + p.count;
+      const std::size_t lo = std::max(b, offset), hi = std::min(e, offset + count);
+      if (lo >= hi) continue;
+      if (add) {
+        s_.waiting[k] += hi - lo;
+      } else {
+        HONE_REQUIRE(s_.waiting[k] >= hi - lo,
+                     "hone::data_parallel: arena elements [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) +
+                         ") were reported final twice in one step (a parameter reported ready "
+                         "twice, or two parameters sharing elements)");
+        s_.waiting[k] -= hi - lo;
+      }
+    }
+  }
+
+  /// Overlap: starts the reduce_scatter of every next piece (in plan order) that is all final.
+  void start_ready() {
+    const std::size_t n = ranks();
+    while (s_.scatters.size() < s_.pieces.size() && s_.waiting[s_.scatters.size()] == 0) {
+      const std::size_t k = s_.scatters.size();
+      const auto& p = s_.pieces[k];
+      if (p.padded) fill_pad();
+      const float* in = p.padded ? s_.pad.data() : s_.grads.data() + p.offset;
+      guarded(k, "reduce_scatter (start)", [&] {
+        s_.scatters.push_back(
+            comm_->reduce_scatter(std::span<const float>(in, p.count),
+                                  std::span<float>(s_.shards.data() + p.shard_offset, p.count / n),
+                                  dist::reduce_op::sum));
+      });
+    }
+  }
+
+  /// Overlap: tests the newest started reduce_scatter, which makes MPI progress every collective
+  /// in flight. The gathers start in reduce(), in plan order: a gather started as soon as a test
+  /// found its scatter complete would start at different points of the sequence on different
+  /// ranks, and every rank must start the same collectives in the same order.
+  void advance() {
+    if (s_.scatters.empty()) return;
+    guarded(s_.scatters.size() - 1, "reduce_scatter (test)",
+            [&] { (void)s_.scatters.back().test(); });
+  }
+
+  /// With options().average: this rank's reduced block divided by the ranks that had a batch.
+  template <class T>
+  void average_block(T* shard, std::size_t block) const {
+    // The divisor: every rank, or with uneven_inputs the ranks that had a batch this step.
+    const std::size_t divisor = options_.uneven_inputs ? s_.active : ranks();
+    if (options_.average && !options_.weight_by_count && divisor > 1) {
+      const auto ranks_f = static_cast<float>(divisor);
+      // 16 bits: the division in fp32, rounded back to the wire type.
+      for (std::size_t i = 0; i < block; ++i) shard[i] = T(static_cast<float>(shard[i]) / ranks_f);
+    }
   }
 
   /// The arena rounded (to nearest even) into a 16-bit lane; its tail into the lane's pad.
@@ -425,7 +565,13 @@ class data_parallel {
       }
       return;
     }
-    if (s_.pending) drive();
+    if (s_.pending) {
+      if (s_.overlapping) {  // a backward that threw: complete what began, the rest with it
+        s_.overlapping = false;
+        if (s_.tail > 0 && s_.scatters.size() < s_.pieces.size()) fill_pad();
+      }
+      drive();
+    }
   }
 
   /// Whether a reduction (or, with uneven_inputs, an exchange of the still-active flags) that
@@ -544,14 +690,7 @@ class data_parallel {
       const std::size_t block = p.count / n;
       if (s_.averaged == k) {
         guarded(k, "reduce_scatter", [&] { scatters[k].wait(); });
-        // The divisor: every rank, or with uneven_inputs the ranks that had a batch this step.
-        const std::size_t divisor = options_.uneven_inputs ? s_.active : n;
-        if (options_.average && !options_.weight_by_count && divisor > 1) {
-          const auto ranks_f = static_cast<float>(divisor);
-          // 16 bits: the division in fp32, rounded back to the wire type.
-          for (std::size_t i = 0; i < block; ++i)
-            shard[i] = T(static_cast<float>(shard[i]) / ranks_f);
-        }
+        average_block(shard, block);
         s_.averaged = k + 1;
       }
       guarded(k, "all_gather (start)", [&] {
@@ -615,147 +754,12 @@ class data_parallel {
   state_type s_;
 };
 
-namespace dist {
-
-/// Makes every rank's trainer start from the root's weights, as PyTorch DDP broadcasts the
-/// parameters at construction: the root's fp32 master weights are broadcast over `comm` and cast
-/// into each rank's model (trainer::publish_weights). Call it once after building the trainers,
-/// before the first step (and after restoring a checkpoint on the root only). Host trainers.
-template <class Trainer, class Comm>
-void broadcast_weights(Trainer& trainer, Comm& comm, int root = 0) {
-  static_assert(check_communicator<Comm>());
-  std::span<float> w = trainer.master_weights();
-  comm.broadcast(w, root).wait();
-  trainer.publish_weights();
-}
-
-/// What hone::dist::join did on this rank.
-struct join_report {
-  /// Steps of the other ranks this rank took part in with zero gradients after it joined.
-  std::uint64_t shadowed_steps = 0;
-  /// The rank whose trainer state every rank took at the end (data_parallel::last_joiner()).
-  int state_from = 0;
-};
-
-namespace detail {
-/// Broadcasts a host span of any trivially copyable element type from `root`: float and double
-/// directly, others as their bytes through a float staging buffer (a broadcast moves bits).
-template <class Comm, class T>
-void broadcast_bits(Comm& comm, std::span<T> data, int root) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    comm.broadcast(data, root).wait();
-  } else {
-    static_assert(std::is_trivially_copyable_v<T>,
-                  "hone::dist::join: an optimizer state tensor's element type is not trivially "
-                  "copyable, so its bytes cannot be broadcast.");
-    std::vector<float> staging((data.size_bytes() + sizeof(float) - 1) / sizeof(float), 0.0f);
-    if (!data.empty()) std::memcpy(staging.data(), data.data(), data.size_bytes());
-    comm.broadcast(std::span<float>(staging), root).wait();
-    if (!data.empty()) std::memcpy(data.data(), staging.data(), data.size_bytes());
-  }
-}
-}  // namespace detail
-
-namespace detail {
-template <class R>
-concept joinable_reduction = requires(R& r, std::span<float> g) {
-  { r.join_step(g) } -> std::same_as<bool>;
-  { r.last_joiner() } -> std::convertible_to<int>;
-  r.communicator();
-};
-template <class Trainer>
-join_report join_host(Trainer& trainer);
-}  // namespace detail
-
-/// For a rank that has run out of batches (uneven inputs, PyTorch DDP's Join): takes part in the
-/// other ranks' remaining steps with zero gradients and a sample count of 0 until every rank has
-/// called join, then gives every rank the trainer state of the lowest-numbered rank that had a
-/// batch in the last step: master weights (published into the model), optimizer state, step
-/// count and loss scaler. Those ranks applied the same reduced gradients to the same state, so
-/// after the join every rank holds the bits one process accumulating every rank's batches step by
-/// step would (within the rounding of the reduction order: docs/dist.md). Every rank calls it
-/// once its batches are done (the last one too), with data_parallel_options::uneven_inputs set on
-/// every rank; afterwards the ranks may train on (the next epoch).
-///
-/// A collective that fails or times out throws dist_error naming the step and the communicator's
-/// message (for mpi_comm: the ranks that have not started it), never a hang; the step stays
-/// pending (t.gradient_reduction().finish_pending(), then join again, or end the job). Host
-/// trainers whose gradient reduction is hone::data_parallel.
-template <class Trainer>
-join_report join(Trainer& trainer) {
-  using reduction = std::remove_cvref_t<decltype(trainer.gradient_reduction())>;
-  if constexpr (!detail::joinable_reduction<reduction>) {
-    static_assert(detail::joinable_reduction<reduction>,
-                  "hone::dist::join: the trainer's gradient reduction policy is not "
-                  "hone::data_parallel (it has no join_step and last_joiner). Build the trainer "
-                  "with hone::data_parallel(comm, {.uneven_inputs = true}).");
-    return {};
-  } else if constexpr (!std::is_same_v<decltype(trainer.master_weights()), std::span<float>>) {
-    static_assert(std::is_same_v<decltype(trainer.master_weights()), std::span<float>>,
-                  "hone::dist::join: the trainer's master weights are not host memory "
-                  "(std::span<float>); join serves host trainers.");
-    return {};
-  } else {
-    return detail::join_host(trainer);
-  }
-}
-
-namespace detail {
-template <class Trainer>
-join_report join_host(Trainer& trainer) {
-  auto& dp = trainer.gradient_reduction();
-  join_report report;
-  {
-    // The joined rank's own gradient arena holds the zeros it contributes (its last gradients
-    // were applied, or discarded, by its last step; the next step overwrites them).
-    const auto g = trainer.master_gradients();
-    const std::span<float> arena(const_cast<float*>(g.data()), g.size());
-    while (dp.join_step(arena)) ++report.shadowed_steps;
-  }
-  auto& comm = dp.communicator();
-  const int root = dp.last_joiner();
-  report.state_from = root;
-  try {
-    broadcast_weights(trainer, comm, root);
-    trainer.optimizer_state().for_each_tensor(
-        [&](std::string_view /*name*/, auto& a) { detail::broadcast_bits(comm, a.all(), root); });
-    std::array<double, 5> scalars{static_cast<double>(trainer.steps_done()), 0, 0, 0, 0};
-    auto& scaler = trainer.scaler();
-    constexpr bool has_state = requires {
-      scaler.state();
-      scaler.load_state(scaler.state());
-    };
-    if constexpr (has_state) {
-      const auto st = scaler.state();
-      scalars[1] = static_cast<double>(st.scale);
-      scalars[2] = static_cast<double>(st.growth_tracker);
-      scalars[3] = static_cast<double>(st.hysteresis_tracker);
-      scalars[4] = static_cast<double>(st.skipped_steps);
-    }
-    comm.broadcast(std::span<double>(scalars), root).wait();
-    trainer.set_steps_done(static_cast<std::uint64_t>(scalars[0]));
-    if constexpr (has_state) {
-      auto st = scaler.state();
-      st.scale = static_cast<float>(scalars[1]);
-      st.growth_tracker = static_cast<std::int32_t>(scalars[2]);
-      st.hysteresis_tracker = static_cast<std::int32_t>(scalars[3]);
-      st.skipped_steps = static_cast<std::uint64_t>(scalars[4]);
-      scaler.load_state(st);
-    }
-  } catch (const dist_error& e) {
-    throw dist_error("hone::dist::join: on rank " + std::to_string(comm.rank()) + " of " +
-                     std::to_string(comm.size()) + ", taking rank " + std::to_string(root) +
-                     "'s trainer state after the join failed: " + e.what());
-  }
-  return report;
-}
-}  // namespace detail
-
-}  // namespace dist
-
 template <class Comm>
 data_parallel(Comm&) -> data_parallel<Comm>;
 template <class Comm>
 data_parallel(Comm&, data_parallel_options) -> data_parallel<Comm>;
 
 HONE_NAMESPACE_END
+
+// hone::dist::broadcast_weights and hone::dist::join (uneven inputs), which name data_parallel.
+#include "hone/dist/join.hpp"  // IWYU pragma: export

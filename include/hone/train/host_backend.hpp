@@ -150,6 +150,17 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     sum_sq_ = unscale_accumulate_into(p.grads, factor, accumulate);
   }
 
+  /// Overlap with backward: one parameter's gradients (slot `slot` of the layout) unscaled and
+  /// accumulated into the master gradients as accumulate() would (the same element operations).
+  template <class Parts>
+  void accumulate_slot(Parts& p, std::size_t slot, float factor, bool accumulate) {
+    master_grads_pending_ = false;
+    tensor_lists<float, const working_type> one;
+    one.add(p.grads.numel(slot), p.grads.template pointer<0>(slot),
+            p.grads.template pointer<1>(slot));
+    (void)unscale_accumulate_into(one, factor, accumulate);
+  }
+
   /// After a direct-route step: the master gradients from the model's (trainer::master_gradients).
   template <class Parts>
   void materialize_master_gradients(const Parts& p) const {

@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -171,6 +172,18 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     backend_.begin_step(p_, micro_batches.size());
     double loss = 0.0;
     for (std::size_t i = 0; i < micro_batches.size(); ++i) {
+      if constexpr (overlaps<Batch>) {
+        // The last micro-batch of a model that reports gradient readiness: the reduction starts
+        // during its backward (data_parallel_options::overlap_with_backward).
+        if (i + 1 == micro_batches.size() &&
+            p_.reduction.begin_overlap(std::span<float>(p_.master_grad_data(), p_.size()),
+                                       p_.layout)) {
+          const float l = forward_backward_overlapped(micro_batches[i], r.loss_scale,
+                                                      grad_weights[i] * inv_scale, i > 0);
+          loss += static_cast<double>(weights[i]) * static_cast<double>(l);
+          continue;
+        }
+      }
       const float l = observe(step_phase::forward_backward, [&] {
         return static_cast<float>(
             model_traits<Model>::forward_backward(*p_.model, micro_batches[i], r.loss_scale));
@@ -338,6 +351,66 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   }
 
  private:
+  /// Whether a step over Batch can overlap the gradient reduction with the last backward: a host
+  /// model that reports gradient readiness and a reduction that can begin during backward.
+  template <class Batch>
+  static constexpr bool overlaps =
+      types::reduces && !types::sharded && std::is_same_v<space_type, host_space> &&
+      reports_gradient_ready<Model, Batch> &&
+      requires(reduction_type & red, std::span<float> g, const arena_layout& l) {
+    { red.begin_overlap(g, l) } -> std::same_as<bool>;
+    red.range_ready(std::size_t{}, std::size_t{});
+  };
+
+  /// What the gradient_ready callback of an overlapped backward works with.
+  struct ready_context {
+    trainer* self;
+    float factor;     // the micro-batch's weight over the loss scale
+    bool accumulate;  // add to the master gradients (not the step's first micro-batch)
+    std::vector<char> done;
+  };
+
+  /// A parameter reported final: accumulated into the master gradients, its range to the
+  /// reduction (which starts the buckets it completes).
+  void on_gradient_ready(ready_context& c, std::size_t i) {
+    HONE_REQUIRE(i < c.done.size(), "hone::trainer: the model reported parameter " +
+                                        std::to_string(i) + " ready, but parameters() has " +
+                                        std::to_string(c.done.size()) +
+                                        "; pass the parameter's position in parameters()");
+    HONE_REQUIRE(c.done[i] == 0, "hone::trainer: the model reported parameter " +
+                                     std::to_string(i) + " ('" + p_.layout[i].name +
+                                     "') ready twice in one backward; report each parameter once, "
+                                     "after its gradients are final");
+    backend_.accumulate_slot(p_, i, c.factor, c.accumulate);
+    c.done[i] = 1;
+    p_.reduction.range_ready(p_.layout[i].offset, p_.layout[i].count);
+  }
+
+  /// The last micro-batch with the reduction overlapping its backward: the model reports each
+  /// parameter's gradients final through a hone::gradient_ready; those it did not report are
+  /// accumulated after it returns. Returns the loss.
+  template <class Batch>
+  float forward_backward_overlapped(const Batch& batch, float loss_scale, float factor,
+                                    bool accumulate) {
+    ready_context c{this, factor, accumulate, std::vector<char>(p_.layout.size(), 0)};
+    const gradient_ready ready(
+        [](void* ctx, std::size_t i) {
+          auto& rc = *static_cast<ready_context*>(ctx);
+          rc.self->on_gradient_ready(rc, i);
+        },
+        &c);
+    const float l = observe(step_phase::forward_backward, [&] {
+      return static_cast<float>(
+          model_traits<Model>::forward_backward(*p_.model, batch, loss_scale, ready));
+    });
+    observe(step_phase::unscale, [&] {
+      for (std::size_t s = 0; s < c.done.size(); ++s) {
+        if (c.done[s] == 0) backend_.accumulate_slot(p_, s, factor, accumulate);
+      }
+    });
+    return l;
+  }
+
   /// Runs f as phase `ph`, telling the step observer (nothing at all without one).
   template <class F>
   decltype(auto) observe(step_phase ph, F&& f) {

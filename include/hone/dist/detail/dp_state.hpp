@@ -113,8 +113,12 @@ struct dp_state {
   std::size_t averaged = 0;      // pieces whose scatter is waited (and averaged)
   std::size_t gathered_started = 0;
   std::size_t gathered = 0;  // pieces whose gather is waited
-  Bf16Lane bf16;             // wire_format::bf16: the 16-bit buffers and requests
-  HalfLane fp16;             // wire_format::fp16
+  // ---- overlap with backward (data_parallel::begin_overlap / range_ready) ----
+  bool overlapping = false;          // begun by begin_overlap, reduce() not called yet
+  std::vector<std::size_t> waiting;  // per piece: its arena elements not reported final yet
+  std::size_t early_starts = 0;      // pieces whose reduce_scatter started before reduce()
+  Bf16Lane bf16;                     // wire_format::bf16: the 16-bit buffers and requests
+  HalfLane fp16;                     // wire_format::fp16
 
   // ---- uneven inputs (data_parallel_options::uneven_inputs) ----
   /// What follows the exchange of {samples, still active} once it completes.
