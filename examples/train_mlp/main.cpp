@@ -27,6 +27,10 @@
 // state (seed, epoch, position), so --resume continues bit for bit where the newest valid
 // checkpoint left off.
 //
+// With --ddp or --zero 1|2 (CPU path, a build with MPI) it trains data-parallel under mpirun:
+// hone::data_parallel or hone::zero<1|2> over hone::dist::mpi_comm, each rank on its share of every
+// step's samples, rank 0 writing the outputs (distributed.hpp says how).
+//
 // Writes DIR/metrics.csv (one row per step) and DIR/curves.png (loss and accuracy curves), and
 // prints "final test accuracy: XX.XX%". Exit status: 0 done, 1 runtime error, 2 bad flags,
 // 3 final accuracy below --min-accuracy, 77 --device cuda without a visible CUDA device (CTest's
@@ -45,6 +49,8 @@
 #include <hone/core/error.hpp>
 #include <hone/data/line_dataset.hpp>
 #include <hone/data/loader.hpp>
+#include <hone/dist/data_parallel.hpp>
+#include <hone/dist/local_comm.hpp>
 #include <hone/io/file_io.hpp>
 #include <hone/io/hash.hpp>
 #include <hone/optim/adamw.hpp>
@@ -72,6 +78,7 @@
 #include "common/png.hpp"
 #include "common/progress.hpp"
 #include "dataset.hpp"
+#include "distributed.hpp"
 #include "mlp.hpp"
 #if TRAIN_MLP_WITH_CUDA
 #include "cuda_trainer.hpp"  // the CUDA path (train_cuda.cu), built with HONE_ENABLE_CUDA
@@ -104,6 +111,9 @@ struct options {
   std::optional<std::uint64_t> stop_after;         // testing --resume: stop as if interrupted
   std::optional<std::filesystem::path> trace;      // a Perfetto trace of the run (CPU path)
   std::optional<std::filesystem::path> train_csv;  // the training set (default: written to out)
+  bool ddp = false;                                // --ddp
+  int zero_stage = 0;                              // --zero 1|2 (0: not given)
+  train_mlp::parallel_mode parallel = train_mlp::parallel_mode::none;
 };
 
 constexpr const char* usage_text =
@@ -134,6 +144,11 @@ constexpr const char* usage_text =
     "  --trace FILE                write a Perfetto trace of the run (CPU path: the trainer's\n"
     "                              phases, the batches, validations and checkpoint saves; open\n"
     "                              it in ui.perfetto.dev)\n"
+    "  --ddp                       data parallel under mpirun (hone::data_parallel): each rank\n"
+    "                              trains on its share of every step's --batch samples\n"
+    "  --zero 1|2                  the same with ZeRO stage 1 (AdamW moments sharded over the\n"
+    "                              ranks) or 2 (also the master gradients); CPU path, no\n"
+    "                              checkpoints; e.g. mpirun -np 2 train_mlp --zero 2\n"
     "  --help                      print this text\n";
 
 [[noreturn]] void bad_flag(const std::string& why) {
@@ -166,6 +181,35 @@ double parse_number(std::string_view flag, const char* text, double lo, double h
   return v;
 }
 
+/// --ddp and --zero: one of them, on the CPU path, without checkpoints, in a build with MPI.
+void check_parallel_flags(options& o) {
+  if (o.ddp && o.zero_stage != 0) {
+    bad_flag("--ddp and --zero " + std::to_string(o.zero_stage) +
+             " cannot be combined: --ddp keeps the whole optimizer state on every rank, --zero "
+             "shards it over the ranks; give one of them");
+  }
+  o.parallel = o.ddp               ? train_mlp::parallel_mode::ddp
+               : o.zero_stage == 1 ? train_mlp::parallel_mode::zero1
+                                   : train_mlp::parallel_mode::zero2;
+  const std::string flag = train_mlp::parallel_flag(o.parallel);
+#if !TRAIN_MLP_WITH_MPI
+  bad_flag(flag +
+           " is not available: this build of train_mlp has no MPI (install an MPI implementation, "
+           "e.g. Open MPI's libopenmpi-dev, and configure hone again with -DHONE_ENABLE_MPI=ON)");
+#endif
+  if (o.device == device_kind::cuda) {
+    bad_flag(flag +
+             " works only with --device cpu: hone::data_parallel and hone::zero train the host "
+             "model here, over MPI; use --device cpu (or auto, which picks the CPU with " +
+             flag + ")");
+  }
+  if (o.checkpoint_dir) {
+    bad_flag("--checkpoint-dir cannot be combined with " + flag +
+             " in this example yet: its checkpoints are written and resumed by one process; "
+             "train without --checkpoint-dir, or in one process");
+  }
+}
+
 options parse_flags(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
@@ -181,6 +225,10 @@ options parse_flags(int argc, char** argv) {
     }
     if (flag == "--resume") {
       o.resume = true;
+      continue;
+    }
+    if (flag == "--ddp") {
+      o.ddp = true;
       continue;
     }
     static constexpr std::string_view known[] = {"--precision",
@@ -200,7 +248,8 @@ options parse_flags(int argc, char** argv) {
                                                  "--keep",
                                                  "--stop-after",
                                                  "--trace",
-                                                 "--train-csv"};
+                                                 "--train-csv",
+                                                 "--zero"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) {
       bad_flag("unknown flag '" + std::string(flag) + "'");
     }
@@ -261,6 +310,11 @@ options parse_flags(int argc, char** argv) {
     } else if (flag == "--train-csv") {
       if (v.empty()) bad_flag("--train-csv needs a file name, got ''");
       o.train_csv = value;
+    } else if (flag == "--zero") {
+      if (v != "1" && v != "2") {
+        bad_flag("--zero must be 1 or 2 (the ZeRO stage), got '" + std::string(v) + "'");
+      }
+      o.zero_stage = v == "1" ? 1 : 2;
     } else if (flag == "--trace") {
       if (v.empty()) bad_flag("--trace needs a file name, got ''");
       o.trace = value;
@@ -274,6 +328,7 @@ options parse_flags(int argc, char** argv) {
     bad_flag("--accumulate " + std::to_string(o.accumulate) + " is more than --batch " +
              std::to_string(o.batch) + ": every micro-batch needs at least one sample");
   }
+  if (o.ddp || o.zero_stage != 0) check_parallel_flags(o);
 #if TRAIN_MLP_WITH_CUDA
   if (o.device == device_kind::cuda && o.checkpoint_dir) {
     // hone's checkpoint helpers read the trainer's state from host memory; the CUDA path keeps
@@ -461,12 +516,16 @@ struct parse_sample {
 /// each step cut into `parts` micro-batches of nearly equal size (the first batch % parts of
 /// them one sample larger; accumulate::by_count weights them by size). Its state (seed, epoch,
 /// position) travels in the checkpoints, so --resume reads the same batches as an
-/// uninterrupted run.
+/// uninterrupted run. Data parallel, rank `rank` of `ranks` reads the same batches and cuts
+/// its contiguous share of each one into the micro-batches (train_mlp::rank_share).
 class file_batches {
  public:
   file_batches(const std::filesystem::path& csv, std::size_t features, std::size_t classes,
-               std::size_t batch, std::size_t parts, std::uint64_t seed)
+               std::size_t batch, std::size_t parts, std::uint64_t seed, int rank = 0,
+               int ranks = 1)
       : features_(features),
+        rank_(rank),
+        ranks_(ranks),
         dataset_(csv, hone::data::line_format::csv),
         loader_(dataset_,
                 csv_batch{std::vector<float>(batch * features), std::vector<std::int32_t>(batch)},
@@ -496,11 +555,12 @@ class file_batches {
       throw hone::config_error("the training file holds " + std::to_string(dataset_.size()) +
                                " samples, fewer than one batch");
     }
-    const std::size_t n_rows = b->info.rows;
+    const train_mlp::share mine = train_mlp::rank_share(b->info.rows, rank_, ranks_);
+    const std::size_t n_rows = mine.count;
     samples_ += n_rows;
     const std::size_t parts = micro_.size(), small = n_rows / parts, extra = n_rows % parts;
-    const std::span<const float> x(b->data.x);
-    const std::span<const std::int32_t> y(b->data.y);
+    const auto x = std::span<const float>(b->data.x).subspan(mine.first * features_);
+    const auto y = std::span<const std::int32_t>(b->data.y).subspan(mine.first);
     for (std::size_t m = 0, first = 0; m < parts; ++m) {
       const std::size_t n = small + (m < extra ? 1 : 0);
       micro_[m] = {x.subspan(first * features_, n * features_), y.subspan(first, n)};
@@ -511,6 +571,8 @@ class file_batches {
 
  private:
   std::size_t features_;
+  int rank_;
+  int ranks_;
   hone::data::line_dataset dataset_;
   hone::data::loader<hone::data::line_dataset, csv_batch, parse_sample,
                      hone::data::shuffled_sampler>
@@ -521,16 +583,21 @@ class file_batches {
 };
 
 /// The training CSV of a run: --train-csv, or the spiral's training split written to
-/// <out>/spiral_train.csv.
-std::filesystem::path training_csv(const options& o, const train_mlp::dataset& data) {
+/// <out>/spiral_train.csv (by rank 0: the others wait for it).
+template <class Comm>
+std::filesystem::path training_csv(const options& o, const train_mlp::dataset& data, Comm& comm) {
   if (o.train_csv) return *o.train_csv;
   const std::filesystem::path p = o.out / "spiral_train.csv";
-  write_training_csv(p, data.train, data.features);
+  if (comm.rank() == 0) write_training_csv(p, data.train, data.features);
+  comm.barrier().wait();
   return p;
 }
 
-template <class Precision>
-int train(const options& o, Precision precision) {
+/// The CPU path. `comm` is the job's communicator (a hone::dist::local_comm in one process) and
+/// `reduction` the trainer's gradient reduction role (none: local gradients), see distributed.hpp.
+template <class Precision, class Comm, class... Reduction>
+int train(const options& o, Precision precision, Comm& comm, Reduction... reduction) {
+  static_assert(sizeof...(Reduction) <= 1);
   using working_type = typename Precision::working_type;
   using model_type = train_mlp::mlp<working_type>;
   static_assert(hone::trainable<model_type, train_mlp::batch>);
@@ -543,10 +610,12 @@ int train(const options& o, Precision precision) {
   hone::trainer t(model, precision, hone::accumulate::by_count{},
                   hone::adamw{.weight_decay = 0.01f}, hone::clip_grad_norm{.max_norm = 1.0f},
                   hone::one_cycle{.max_lr = o.lr, .total_steps = o.steps},
-                  hone::profile::phase_timer{});
+                  hone::profile::phase_timer{}, std::move(reduction)...);
   // No weight decay on biases.
   t.set_param_groups(hone::make_param_groups(
       t.layout(), {{.match = hone::is_no_decay_name, .weight_decay = 0.0f}}));
+  const bool root = comm.rank() == 0;  // rank 0 validates, tests and writes the outputs
+  if constexpr (sizeof...(Reduction) > 0) hone::dist::broadcast_weights(t, comm);
 
   hone::early_stopping stop(
       {.mode = hone::monitor_mode::min, .patience = o.patience, .min_delta = 1e-4});
@@ -555,7 +624,8 @@ int train(const options& o, Precision precision) {
 
   std::size_t parameters = 0;
   for (const auto& p : model.parameters()) parameters += p.value.size();
-  const std::size_t small = o.batch / o.accumulate, extra = o.batch % o.accumulate;
+  const std::size_t share = train_mlp::rank_share(o.batch, 0, comm.size()).count;
+  const std::size_t small = share / o.accumulate, extra = share % o.accumulate;
   const std::string split =
       extra == 0 ? format("%zu x %zu", o.accumulate, small)
                  : format("%zu x %zu + %zu x %zu", extra, small + 1, o.accumulate - extra, small);
@@ -566,16 +636,23 @@ int train(const options& o, Precision precision) {
       o.hidden, o.hidden, data.classes, parameters, precision_name(o.precision),
       t.zero_copy() ? " (the trainer updates them in place: zero copy)" : ", fp32 master weights");
   std::printf(
-      "  step: %zu samples in micro-batches of %s, AdamW (weight decay 0.01, none on "
+      "  step: %zu samples in micro-batches of %s%s, AdamW (weight decay 0.01, none on "
       "biases), clip_grad_norm 1.0, OneCycle (peak lr %g, %llu steps)\n",
-      o.batch, split.c_str(), o.lr, static_cast<unsigned long long>(o.steps));
+      o.batch, split.c_str(), comm.size() > 1 ? " on rank 0" : "", o.lr,
+      static_cast<unsigned long long>(o.steps));
   std::printf("  early stopping on the validation loss (every %llu steps, patience %llu)\n",
               static_cast<unsigned long long>(o.eval_every),
               static_cast<unsigned long long>(o.patience));
   std::printf("  device: cpu%s\n", o.device_reason.c_str());
+  if constexpr (sizeof...(Reduction) > 0) {
+    std::printf(
+        "  data parallel (%s): %d ranks over MPI, each on its contiguous share of a "
+        "step's %zu samples (%zu on rank 0)\n",
+        train_mlp::parallel_flag(o.parallel), comm.size(), o.batch, share);
+  }
 
-  file_batches batches(training_csv(o, data), features, data.classes, o.batch, o.accumulate,
-                       o.seed);
+  file_batches batches(training_csv(o, data, comm), features, data.classes, o.batch, o.accumulate,
+                       o.seed, comm.rank(), comm.size());
   std::printf("  training data: %zu samples read from %s through hone::data::loader\n",
               batches.samples_in_file(),
               (o.train_csv ? *o.train_csv : o.out / "spiral_train.csv").string().c_str());
@@ -642,7 +719,7 @@ int train(const options& o, Precision precision) {
   std::uint64_t skipped = 0, skipped_in_a_row = 0;
   std::optional<train_mlp::evaluation> last_validation;
   std::optional<hone::profile::trace> trace;
-  if (o.trace) {
+  if (o.trace && root) {
     trace.emplace(hone::profile::trace_options{.perfetto = *o.trace, .process_name = "train_mlp"});
     hone::profile::set_thread_name("main");
   }
@@ -653,14 +730,21 @@ int train(const options& o, Precision precision) {
         HONE_ZONE("train_mlp.batches");  // the next step's micro-batches, from the shuffled order
         return batches.next();
       }();
-      return t.step(micro);
+      hone::step_report report = t.step(micro);
+      // Each rank's loss is the mean over its share: record the mean over the ranks.
+      if (comm.size() > 1) {
+        report.loss = static_cast<float>(train_mlp::mean_over_ranks(comm, report.loss));
+      }
+      return report;
     }();
     if (writer) writer->check();  // a failed background save throws here, at the next step
     metrics_row& row = rows.emplace_back(metrics_row{step, r, std::nullopt});
     bool stopping = false;
     if (step % o.eval_every == 0 || step == o.steps) {
       HONE_ZONE("train_mlp.validate");
-      row.validation = model.evaluate(data.validation, features);
+      // Rank 0's numbers on every rank: every rank's early stopping decides alike.
+      row.validation = train_mlp::from_root(
+          comm, root ? std::optional(model.evaluate(data.validation, features)) : std::nullopt);
       last_validation = row.validation;
       // Snapshots the (master) weights whenever the validation loss is a new best.
       stopping = stop.update(row.validation->loss, step, best);
@@ -742,6 +826,7 @@ int train(const options& o, Precision precision) {
     std::printf("restored the best weights: validation loss %.4f at step %llu\n", stop.best(),
                 static_cast<unsigned long long>(stop.best_step().value_or(0)));
   }
+  if (!root) return 0;  // the same weights on every rank: rank 0 tests them and writes the outputs
   const train_mlp::evaluation final_test = model.evaluate(data.test, features);
   const double accuracy = 100.0 * final_test.accuracy;
   std::printf("final test loss: %.4f\nfinal test accuracy: %.2f%%\n", final_test.loss, accuracy);
@@ -810,8 +895,9 @@ int train_cuda(const options& o, Precision precision) {
   std::printf("  device: %s: cuBLAS GEMMs (fp32 accumulation) and CUDA kernels\n",
               train_mlp::cuda::device_description().c_str());
 
-  file_batches batches(training_csv(o, data), features, data.classes, o.batch, o.accumulate,
-                       o.seed);
+  hone::dist::local_comm one_process;
+  file_batches batches(training_csv(o, data, one_process), features, data.classes, o.batch,
+                       o.accumulate, o.seed);
   std::vector<metrics_row> rows;
   rows.reserve(std::min<std::uint64_t>(o.steps, 100'000));
   hone_examples::progress bar(o.steps);
@@ -912,6 +998,11 @@ bool use_cuda(options& o) {
   if (o.device == device_kind::cpu) return false;
 #if TRAIN_MLP_WITH_CUDA
   if (o.device == device_kind::cuda) return true;
+  if (o.parallel != train_mlp::parallel_mode::none) {
+    o.device_reason =
+        std::string(" (auto: ") + train_mlp::parallel_flag(o.parallel) + " needs the CPU path)";
+    return false;
+  }
   if (o.checkpoint_dir) {
     o.device_reason = " (auto: checkpoints need the CPU path)";
     return false;
@@ -949,7 +1040,16 @@ int main(int argc, char** argv) {
 #if TRAIN_MLP_WITH_CUDA
     if (cuda) return train_cuda(o, precision);
 #endif
-    return train(o, precision);
+#if TRAIN_MLP_WITH_MPI
+    if (o.parallel != train_mlp::parallel_mode::none) {
+      return train_mlp::run_distributed(o.parallel, o.batch, o.accumulate, argc, argv,
+                                        [&](auto& comm, auto reduction) {
+                                          return train(o, precision, comm, std::move(reduction));
+                                        });
+    }
+#endif
+    hone::dist::local_comm one_process;
+    return train(o, precision, one_process);
   };
   try {
     std::error_code ec;
