@@ -1,0 +1,209 @@
+// bench/zero.cpp (mpi_bench_zero): ZeRO's memory per rank and step time (hone::zero<1>,
+// hone::zero<2>) against hone::data_parallel, under mpirun:
+//   mpirun -np 2 build/bench/bench/mpi_bench_zero [--params 16777216] [--tensors 8] [--steps 5]
+//          [--repetitions 5] [--micro 1] [--bucket-mb 25]
+//
+// The model: `tensors` fp32 tensors laid out in one arena as the trainer lays them out (so the
+// master weights ARE the model's weights, zero-copy), `params` values in all; its backward is
+// g = x * w (one pass: the step is the trainer's reduction, update and gather, not a model).
+// fp32 AdamW, global-norm clipping at 1.0, buckets of --bucket-mb MiB (DDP's 25 by default) for
+// every row, one oneTBB thread per rank.
+//
+// Memory per rank, from the arena sizes after a step: master weights (the model's), master
+// gradients, optimizer state, and the reduction's staging (zero: the bucket and one receive
+// window), in bytes per parameter, beside the formula (DDP 16; zero<1> 8 + 8/d; zero<2> 4 + 12/d)
+// and the formula plus the staging (the 64-byte alignment's padding aside). Step time: a sample is
+// `steps` steps between a barrier and an MPI_MAX of the time (the slowest rank's); the three rows
+// are interleaved in every repetition (the order rotated); reported: the median step time and the
+// median over repetitions of the data_parallel time over the row's time in the same repetition.
+#include <mpi.h>
+
+#include <oneapi/tbb/global_control.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <hone/core/arena.hpp>
+#include <hone/dist/data_parallel.hpp>
+#include <hone/dist/mpi/mpi_comm.hpp>
+#include <hone/dist/zero.hpp>
+#include <hone/train/trainer.hpp>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace hd = hone::dist;
+using clock_type = std::chrono::steady_clock;
+
+struct args {
+  std::size_t params = std::size_t{16} << 20;
+  std::size_t tensors = 8;
+  int steps = 5;
+  int repetitions = 5;
+  int micro = 1;
+  std::size_t bucket_mb = 25;
+};
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string s = argv[i];
+    const char* v = argv[i + 1];
+    if (s == "--params") {
+      a.params = std::strtoull(v, nullptr, 10);
+    } else if (s == "--tensors") {
+      a.tensors = std::strtoull(v, nullptr, 10);
+    } else if (s == "--steps") {
+      a.steps = std::atoi(v);
+    } else if (s == "--repetitions") {
+      a.repetitions = std::atoi(v);
+    } else if (s == "--micro") {
+      a.micro = std::atoi(v);
+    } else if (s == "--bucket-mb") {
+      a.bucket_mb = std::strtoull(v, nullptr, 10);
+    } else {
+      std::fprintf(stderr, "mpi_bench_zero: unknown argument '%s'\n", s.c_str());
+      std::exit(2);
+    }
+  }
+  if (argc % 2 == 0 || a.tensors == 0 || a.params < a.tensors || a.steps < 1 || a.repetitions < 1 ||
+      a.micro < 1 || a.bucket_mb < 1) {
+    std::fprintf(stderr,
+                 "mpi_bench_zero: give --params >= --tensors >= 1, --steps, --repetitions, "
+                 "--micro and --bucket-mb >= 1 (each followed by its value)\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+struct batch {
+  float x = 1.0f;
+  [[nodiscard]] std::size_t count() const { return 1; }
+};
+
+/// fp32 tensors laid out like the trainer's arena (zero-copy master weights); g = x * w.
+struct flat_model {
+  hone::arena_layout layout{sizeof(float)};
+  std::vector<float> w, g;
+  flat_model(std::size_t params, std::size_t tensors) {
+    for (std::size_t t = 0; t < tensors; ++t) {
+      std::string name = "t";  // (not "t" + ...: g++ 12's -Wrestrict false positive at -O3)
+      name += std::to_string(t);
+      layout.add(std::move(name), params / tensors + (t < params % tensors ? 1 : 0));
+    }
+    w.assign(layout.total(), 0.01f);
+    g.assign(layout.total(), 0.0f);
+  }
+  std::vector<hone::parameter<float>> parameters() {
+    std::vector<hone::parameter<float>> out;
+    for (const auto& sl : layout.slots()) {
+      out.push_back({sl.name,
+                     {sl.count},
+                     std::span<float>(w.data() + sl.offset, sl.count),
+                     std::span<float>(g.data() + sl.offset, sl.count)});
+    }
+    return out;
+  }
+  float forward_backward(const batch& b, float scale) {
+    for (std::size_t i = 0; i < w.size(); ++i) g[i] = b.x * w[i] * scale;
+    return 0.0f;
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <class Trainer>
+double bytes_per_param(Trainer& t, std::size_t staging, std::size_t params) {
+  const double b = static_cast<double>(t.master_weights().size() * sizeof(float) +
+                                       t.master_gradients().size() * sizeof(float) +
+                                       t.optimizer_state().bytes() + staging);
+  return b / static_cast<double>(params);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  hd::mpi_environment env(argc, argv);
+  const args a = parse(argc, argv);
+  oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
+  hd::mpi_comm comm(MPI_COMM_WORLD);
+  const int rank = comm.rank();
+  const double d = comm.size();
+
+  flat_model m_ddp(a.params, a.tensors), m_z1(a.params, a.tensors), m_z2(a.params, a.tensors);
+  const auto clip = hone::clip_grad_norm{.max_norm = 1.0f};
+  const std::size_t bucket = a.bucket_mb << 20;
+  hone::trainer ddp(m_ddp, hone::adamw{}, clip, hone::accumulate::by_count{},
+                    hone::data_parallel(comm, {.bucket_bytes = bucket}));
+  hone::trainer z1(m_z1, hone::adamw{}, clip, hone::accumulate::by_count{},
+                   hone::zero<1>(comm, {.bucket_bytes = bucket}));
+  hone::trainer z2(m_z2, hone::adamw{}, clip, hone::accumulate::by_count{},
+                   hone::zero<2>(comm, {.bucket_bytes = bucket}));
+  std::vector<batch> mb(static_cast<std::size_t>(a.micro),
+                        batch{1.0f + 0.5f * static_cast<float>(rank)});
+
+  const auto sample = [&](auto& t) {
+    comm.barrier().wait();
+    const auto t0 = clock_type::now();
+    for (int s = 0; s < a.steps; ++s) (void)t.step(std::span<const batch>(mb));
+    double sec = std::chrono::duration<double>(clock_type::now() - t0).count() / a.steps;
+    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return sec;
+  };
+  (void)sample(ddp);  // warm-up: first touch, connections, plans
+  (void)sample(z1);
+  (void)sample(z2);
+
+  // Memory: the largest rank's bytes per parameter (the last shard may be smaller).
+  double mem[3] = {bytes_per_param(ddp, 0, a.params),
+                   bytes_per_param(z1, z1.gradient_reduction().staging_bytes(), a.params),
+                   bytes_per_param(z2, z2.gradient_reduction().staging_bytes(), a.params)};
+  MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+
+  std::vector<double> t_ddp, t_z1, t_z2, r_z1, r_z2;
+  for (int r = 0; r < a.repetitions; ++r) {
+    double td = 0, t1 = 0, t2 = 0;
+    for (int k = 0; k < 3; ++k) {
+      switch ((k + r) % 3) {
+        case 0:
+          td = sample(ddp);
+          break;
+        case 1:
+          t1 = sample(z1);
+          break;
+        default:
+          t2 = sample(z2);
+          break;
+      }
+    }
+    t_ddp.push_back(td);
+    t_z1.push_back(t1);
+    t_z2.push_back(t2);
+    r_z1.push_back(td / t1);
+    r_z2.push_back(td / t2);
+  }
+  if (rank == 0) {
+    std::printf(
+        "zero_step: %d ranks x 1 thread, %zu fp32 parameters in %zu tensors, AdamW, clipping, "
+        "%d micro-batch(es) per step, %d steps per sample, %d repetitions\n",
+        comm.size(), a.params, a.tensors, a.micro, a.steps, a.repetitions);
+    const double p = static_cast<double>(a.params);
+    const double staging = static_cast<double>(z1.gradient_reduction().staging_bytes()) / p;
+    std::printf("%-14s %10s %10s %16s %10s %16s\n", "row", "B/param", "formula", "formula+staging",
+                "step ms", "ddp/row (median)");
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16s\n", "data_parallel", mem[0], 16.0, 16.0,
+                1e3 * median(t_ddp), "1.00");
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<1>", mem[1], 8.0 + 8.0 / d,
+                8.0 + 8.0 / d + staging, 1e3 * median(t_z1), median(r_z1));
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], 4.0 + 12.0 / d,
+                4.0 + 12.0 / d + staging, 1e3 * median(t_z2), median(r_z2));
+  }
+  return 0;
+}
