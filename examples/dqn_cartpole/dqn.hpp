@@ -20,6 +20,12 @@
 // pull_every <= the steps an actor makes per round every step is acted with the latest version
 // (lag 0); a larger pull_every makes actors act with older parameters and max_lag bounds how old.
 //
+// Multi-process mode (main.cpp's --actors-over-mpi): basic_agent::train_learner runs the learner
+// on rank 0 of a communicator and run_remote_actor the actors on ranks 1..N-1
+// (hone/rl/dist_actors.hpp): each round the actor ranks send their shares of train_freq steps,
+// the learner trains on them while the actors collect the next round's with the parameters of
+// the round (so steps arrive one version old), and the zone dqn.round holds the learner's wait.
+//
 // One update (Double DQN, van Hasselt et al. 2016, with PER, Schaul et al. 2016):
 //   a*  = argmax_a Q_online(s', a)
 //   y   = R + discount * (1 - terminated) * Q_target(s', a*)  (R, discount from hone::n_step<3>)
@@ -53,9 +59,11 @@
 #include <hone/optim/clipping.hpp>
 #include <hone/profile.hpp>
 #include <hone/rl/actors.hpp>
+#include <hone/rl/dist_actors.hpp>
 #include <hone/rl/replay_buffer.hpp>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -130,6 +138,26 @@ using replay =
     hone::replay_buffer<transition, hone::prioritized<>, hone::n_step<3>, hone::many_writers>;
 using uniform_replay =
     hone::replay_buffer<transition, hone::uniform, hone::one_step, hone::many_writers>;
+
+/// epsilon at environment step t (SB3's linear schedule).
+inline double epsilon_at(const dqn_config& c, std::uint64_t t) {
+  const double end = c.exploration_fraction * static_cast<double>(c.exploration_timesteps);
+  const double progress = end <= 0.0 ? 1.0 : std::min(1.0, static_cast<double>(t) / end);
+  return c.exploration_initial_eps +
+         progress * (c.exploration_final_eps - c.exploration_initial_eps);
+}
+
+/// The settings of the multi-process mode (--actors-over-mpi) with `actors` actor ranks: rank 0
+/// learns; each round an actor rank sends its share of train_freq steps (at most
+/// ceil(train_freq / actors)), and the learner's lag bound is max_lag.
+inline hone::dist_actor_options remote_options(const dqn_config& c, std::size_t actors) {
+  hone::require(actors >= 1 && actors <= c.train_freq,
+                "dqn: --actors-over-mpi needs between 2 and train_freq + 1 ranks (rank 0 learns, "
+                "the others act); run it under mpirun -np 3 (or more)");
+  return {.block = static_cast<std::size_t>((c.train_freq + actors - 1) / actors),
+          .max_lag = c.max_lag,
+          .learner = 0};
+}
 
 // ---- the Q-network ---------------------------------------------------------------------------
 
@@ -438,10 +466,7 @@ class basic_agent {
 
   /// epsilon at environment step t (SB3's linear schedule).
   [[nodiscard]] double epsilon(std::uint64_t t) const {
-    const double end = cfg_.exploration_fraction * static_cast<double>(cfg_.exploration_timesteps);
-    const double progress = end <= 0.0 ? 1.0 : std::min(1.0, static_cast<double>(t) / end);
-    return cfg_.exploration_initial_eps +
-           progress * (cfg_.exploration_final_eps - cfg_.exploration_initial_eps);
+    return epsilon_at(cfg_, t);
   }
 
   /// Trains until solved or max_steps; on_eval(record) after every evaluation.
@@ -459,30 +484,8 @@ class basic_agent {
       train_s += std::chrono::duration<double>(t1 - t0).count();
       // Evaluations due in this round's steps see the parameters it acted with (SB3: the
       // EvalCallback runs during collection, before the round's training).
-      bool solved = false;
-      while (next_eval <= steps_) {
-        const auto e0 = clock::now();
-        HONE_ZONE("dqn.evaluate");
-        eval_record rec;
-        rec.env_steps = next_eval;
-        rec.train_seconds = train_s;
-        rec.eval = evaluate(net_, online_.data(), cfg_.eval_episodes, cfg_.eval_seed);
-        rec.train_return_mean = recent_return_mean();
-        rec.episodes = episodes_;
-        rec.epsilon = epsilon(next_eval);
-        rec.loss = last_loss;
-        rec.version = shared_->version();
-        rec.gate = gate_->stats();
-        res.evals.push_back(rec);
-        eval_s += std::chrono::duration<double>(clock::now() - e0).count();
-        if (on_eval) on_eval(rec);
-        if (rec.eval.mean >= cfg_.solve_return) {
-          solved = true;
-          res.env_steps = next_eval;
-          break;
-        }
-        next_eval += cfg_.eval_every;
-      }
+      const bool solved = evaluate_due(next_eval, train_s, eval_s, last_loss, shared_->version(),
+                                       gate_->stats(), res, on_eval);
       if (solved) {
         res.solved = true;
         break;
@@ -501,6 +504,78 @@ class basic_agent {
     res.gradient_steps = gradient_steps_;
     res.episodes = episode_log_;
     res.gate = gate_->stats();
+    return res;
+  }
+
+  /// The learner of the multi-process mode (--actors-over-mpi): this rank (rank 0 of comm) trains
+  /// while ranks 1..N-1 run run_remote_actor. Each round (hone::dist_learner::round) receives
+  /// train_freq steps from the actor ranks (their shares, in rank order: deterministic) into the
+  /// buffer through the staleness gate and sends the parameters published after the previous
+  /// round's training; then the learner evaluates when due, trains and publishes, while the
+  /// actors collect the next round's steps with the parameters they just received (so those steps
+  /// arrive one version old: lag 1, accepted by the default max_lag of 1). The last round tells
+  /// the actors to stop. Throws hone::dist_error when an actor rank is missing for the
+  /// communicator's timeout.
+  template <class Comm>
+  run_result train_learner(Comm& comm,
+                           const std::function<void(const eval_record&)>& on_eval = {}) {
+    using clock = std::chrono::steady_clock;
+    hone::require(comm.size() >= 2,
+                  "dqn: --actors-over-mpi needs at least 2 ranks (rank 0 learns, the others act); "
+                  "run it under mpirun -np 3");
+    const auto actor_ranks = static_cast<std::size_t>(comm.size() - 1);
+    hone::dist_learner<Comm, replay_type> learner(comm, buffer_, std::span<const float>(online_),
+                                                  remote_options(cfg_, actor_ranks));
+    std::vector<double> returns(static_cast<std::size_t>(comm.size()), 0.0);
+    const auto on_received = [&](int q, const transition::record& r, bool) {
+      ++steps_;
+      double& ret = returns[static_cast<std::size_t>(q)];
+      ret += hone::get<"reward">(r);
+      if (hone::get<"terminated">(r) || hone::get<"truncated">(r)) {
+        episode_log_.emplace_back(steps_, ret);
+        ++episodes_;
+        ret = 0.0;
+      }
+    };
+    run_result res;
+    double train_s = 0.0, eval_s = 0.0;
+    std::uint64_t next_eval = first_eval();
+    double last_loss = 0.0;
+    for (;;) {
+      const auto t0 = clock::now();
+      const std::uint64_t before = steps_;
+      hone::dist_round_stats st;
+      {
+        HONE_ZONE("dqn.round");
+        st = learner.round(false, on_received);
+      }
+      if (steps_ / cfg_.target_update_interval != before / cfg_.target_update_interval) {
+        HONE_ZONE("dqn.target_copy");
+        target_ = online_;
+      }
+      train_s += std::chrono::duration<double>(clock::now() - t0).count();
+      if (evaluate_due(next_eval, train_s, eval_s, last_loss, learner.version(), learner.stats(),
+                       res, on_eval)) {
+        res.solved = true;
+        break;
+      }
+      if (steps_ >= cfg_.max_steps) break;
+      const auto t2 = clock::now();
+      if (steps_ >= cfg_.learning_starts && st.received == cfg_.train_freq) {
+        last_loss = learn();
+        HONE_ZONE("dqn.publish");
+        learner.publish(std::span<const float>(online_));
+      }
+      train_s += std::chrono::duration<double>(clock::now() - t2).count();
+    }
+    res.gate = learner.stats();
+    // The stop round: the actors' last blocks arrive (and are stored) but are not counted.
+    learner.round(true);
+    if (!res.solved) res.env_steps = steps_;
+    res.train_seconds = train_s;
+    res.eval_seconds = eval_s;
+    res.gradient_steps = gradient_steps_;
+    res.episodes = episode_log_;
     return res;
   }
 
@@ -576,6 +651,37 @@ class basic_agent {
       s += episode_log_[i].second;
     }
     return s / static_cast<double>(n);
+  }
+
+  // Runs the evaluations due by steps_ (every eval_every steps from first_eval()); returns true
+  // when one reaches solve_return (res.env_steps is then its step).
+  bool evaluate_due(std::uint64_t& next_eval, double train_s, double& eval_s, double last_loss,
+                    std::uint64_t version, const hone::gate_stats& gate, run_result& res,
+                    const std::function<void(const eval_record&)>& on_eval) {
+    using clock = std::chrono::steady_clock;
+    while (next_eval <= steps_) {
+      const auto e0 = clock::now();
+      HONE_ZONE("dqn.evaluate");
+      eval_record rec;
+      rec.env_steps = next_eval;
+      rec.train_seconds = train_s;
+      rec.eval = evaluate(net_, online_.data(), cfg_.eval_episodes, cfg_.eval_seed);
+      rec.train_return_mean = recent_return_mean();
+      rec.episodes = episodes_;
+      rec.epsilon = epsilon(next_eval);
+      rec.loss = last_loss;
+      rec.version = version;
+      rec.gate = gate;
+      res.evals.push_back(rec);
+      eval_s += std::chrono::duration<double>(clock::now() - e0).count();
+      if (on_eval) on_eval(rec);
+      if (rec.eval.mean >= cfg_.solve_return) {
+        res.env_steps = next_eval;
+        return true;
+      }
+      next_eval += cfg_.eval_every;
+    }
+    return false;
   }
 
   // The actors make `total` steps between them (actor a: total / N, +1 for the first total % N);
@@ -766,6 +872,66 @@ inline run_result train(const dqn_config& c,
                         const std::function<void(const eval_record&)>& on_eval = {}) {
   if (c.algo == algorithm::dqn) return dqn_agent(c).train(on_eval);
   return agent(c).train(on_eval);
+}
+
+/// The learner of the multi-process mode for the algorithm c.algo names
+/// (basic_agent::train_learner); call it on rank 0 while the other ranks call run_remote_actor.
+template <class Comm>
+run_result train_learner(const dqn_config& c, Comm& comm,
+                         const std::function<void(const eval_record&)>& on_eval = {}) {
+  if (c.algo == algorithm::dqn) return dqn_agent(c).train_learner(comm, on_eval);
+  return agent(c).train_learner(comm, on_eval);
+}
+
+/// An actor rank of the multi-process mode (ranks 1..N-1; rank 0 runs train_learner): its own
+/// CartPole, RNG and copy of the parameters (hone::dist_actor). Every round it makes its share
+/// of the round's train_freq steps (actor a of A makes the global steps clock + a, clock + a + A,
+/// ..., where clock is the learner's step count at the last round, so the epsilon schedule is the
+/// one-process one), tags them with the version it holds, sends them, and picks up the newest
+/// parameters; it ends when the learner says so. Returns the transitions it sent.
+template <class Comm>
+std::uint64_t run_remote_actor(const dqn_config& c, Comm& comm) {
+  hone::require(comm.size() >= 2 && comm.rank() >= 1,
+                "dqn: run_remote_actor runs on ranks 1..N-1 of at least 2 (rank 0 learns)");
+  const auto n = static_cast<std::uint64_t>(comm.size() - 1);
+  const auto a = static_cast<std::uint64_t>(comm.rank() - 1);
+  hone::dist_actor<Comm, transition> actor(comm, remote_options(c, n));
+  const qnet net;
+  qnet::activations act;
+  cartpole env;
+  hone::replay_rng rng(c.seed * 1000003ULL + a * 7919ULL + 1);
+  std::array<float, 4> obs = env.reset(rng);
+  // n_step<3> sets discount to gamma^k at the learner; with one_step it is stored as sent.
+  const float discount = c.algo == algorithm::dqn ? static_cast<float>(c.gamma) : 1.0f;
+  do {
+    const std::uint64_t clock = actor.learner_received();
+    const std::uint64_t total =
+        clock >= c.max_steps ? 0 : std::min<std::uint64_t>(c.train_freq, c.max_steps - clock);
+    const std::uint64_t quota = total / n + (a < total % n ? 1 : 0);
+    for (std::uint64_t j = 0; j < quota; ++j) {
+      const std::uint64_t t = clock + j * n + a;
+      int action;
+      if (t < c.learning_starts || rng.uniform() < epsilon_at(c, t)) {
+        action = static_cast<int>(rng.below(2));
+      } else {
+        HONE_ZONE("dqn.actor_forward");
+        action = greedy(net, actor.params().data(), obs, act);
+      }
+      const step_result r = env.step(action);
+      transition::record rec{};
+      hone::get<"obs">(rec) = obs;
+      hone::get<"action">(rec) = action;
+      hone::get<"reward">(rec) = r.reward;
+      hone::get<"next_obs">(rec) = r.obs;
+      hone::get<"terminated">(rec) = r.terminated;
+      hone::get<"truncated">(rec) = r.truncated;
+      hone::get<"discount">(rec) = discount;
+      hone::get<"policy_version">(rec) = actor.version();
+      actor.add(rec);
+      obs = (r.terminated || r.truncated) ? env.reset(rng) : r.obs;
+    }
+  } while (actor.round());
+  return actor.sent();
 }
 
 }  // namespace dqn_cartpole

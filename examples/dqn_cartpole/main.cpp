@@ -10,6 +10,13 @@
 // DQN) instead; --profile prints the time per phase (dqn.hpp's HONE_ZONEs) at the end, and
 // --trace FILE also writes them as a Perfetto trace.
 //
+// --actors-over-mpi (built with MPI): the multi-process mode, e.g. `mpirun -np 3 dqn_cartpole
+// --actors-over-mpi`: rank 0 learns (and writes the outputs), ranks 1..N-1 run CartPole actors
+// that send their steps to rank 0's replay buffer and receive its versioned parameters
+// (hone/rl/dist_actors.hpp over hone::dist::mpi_comm). An actor rank that dies or hangs makes
+// the learner end the job with an error naming it after --mpi-timeout seconds (a learner that
+// dies: the actors after twice that).
+//
 // Exit status: 0 solved, 1 runtime error, 2 bad flags, 3 not solved within --max-steps.
 #include <charconv>
 #include <cmath>
@@ -27,6 +34,11 @@
 #include <system_error>
 #include <vector>
 
+#if defined(DQN_CARTPOLE_MPI)
+#include <chrono>
+#include <hone/dist/mpi/mpi_comm.hpp>
+#endif
+
 #include "common/chart.hpp"
 #include "common/png.hpp"
 #include "common/progress.hpp"
@@ -39,6 +51,9 @@ struct options {
   std::filesystem::path out = "dqn_cartpole_out";
   bool profile = false;
   std::filesystem::path trace;
+  bool over_mpi = false;
+  std::uint64_t mpi_timeout_s = 60;
+  bool actors_given = false, pull_every_given = false, mpi_timeout_given = false;
 };
 
 constexpr const char* usage_text =
@@ -58,6 +73,15 @@ constexpr const char* usage_text =
     "  --profile           print the time spent in each phase of training at the end\n"
     "  --trace FILE        also write those phases as a Perfetto trace to FILE (implies\n"
     "                      --profile)\n"
+    "  --actors-over-mpi   multi-process mode, under mpirun -np N (N >= 2): rank 0 learns,\n"
+    "                      ranks 1..N-1 run the actors and send their steps to it"
+#if !defined(DQN_CARTPOLE_MPI)
+    "\n                      (not in this build: CMake found no MPI)"
+#endif
+    "\n"
+    "  --mpi-timeout S     with --actors-over-mpi: an actor rank missing for S seconds (the\n"
+    "                      learner: 2 S) ends the job with an error naming it, 1..86400\n"
+    "                      (default 60)\n"
     "  --help              print this text\n";
 
 [[noreturn]] void bad_flag(const std::string& why) {
@@ -90,9 +114,18 @@ options parse_flags(int argc, char** argv) {
       o.profile = true;
       continue;
     }
-    static constexpr std::string_view known[] = {"--seed",      "--actors",     "--buffer-size",
-                                                 "--max-steps", "--pull-every", "--policy-lag",
-                                                 "--algorithm", "--out",        "--trace"};
+    if (flag == "--actors-over-mpi") {
+#if !defined(DQN_CARTPOLE_MPI)
+      bad_flag(
+          "--actors-over-mpi needs MPI, and this build has none (CMake found no MPI "
+          "implementation: install Open MPI, e.g. libopenmpi-dev, and reconfigure)");
+#endif
+      o.over_mpi = true;
+      continue;
+    }
+    static constexpr std::string_view known[] = {
+        "--seed",       "--actors",    "--buffer-size", "--max-steps", "--pull-every",
+        "--policy-lag", "--algorithm", "--out",         "--trace",     "--mpi-timeout"};
     bool is_known = false;
     for (auto k : known) is_known = is_known || k == flag;
     if (!is_known) bad_flag("unknown flag '" + std::string(flag) + "'");
@@ -103,12 +136,17 @@ options parse_flags(int argc, char** argv) {
       o.cfg.seed = parse_integer(flag, v, 0, std::numeric_limits<std::uint32_t>::max());
     } else if (flag == "--actors") {
       o.cfg.actors = parse_integer(flag, v, 1, 256);
+      o.actors_given = true;
     } else if (flag == "--buffer-size") {
       o.cfg.buffer_size = parse_integer(flag, v, 64, 100'000'000);
     } else if (flag == "--max-steps") {
       o.cfg.max_steps = parse_integer(flag, v, 1, big);
     } else if (flag == "--pull-every") {
       o.cfg.pull_every = parse_integer(flag, v, 1, big);
+      o.pull_every_given = true;
+    } else if (flag == "--mpi-timeout") {
+      o.mpi_timeout_s = parse_integer(flag, v, 1, 86400);
+      o.mpi_timeout_given = true;
     } else if (flag == "--policy-lag") {
       o.cfg.max_lag = parse_integer(flag, v, 0, big);
     } else if (flag == "--algorithm") {
@@ -127,6 +165,14 @@ options parse_flags(int argc, char** argv) {
       if (v.empty()) bad_flag("--out needs a directory name, got ''");
       o.out = std::string(v);
     }
+  }
+  if (o.over_mpi && (o.actors_given || o.pull_every_given)) {
+    bad_flag(std::string(o.actors_given ? "--actors" : "--pull-every") +
+             " does not apply to --actors-over-mpi: the actors are the ranks 1..N-1 (mpirun -np "
+             "N) and pick up the newest parameters at every round");
+  }
+  if (o.mpi_timeout_given && !o.over_mpi) {
+    bad_flag("--mpi-timeout applies only to --actors-over-mpi");
   }
   return o;
 }
@@ -199,11 +245,11 @@ void write_outputs(const std::filesystem::path& dir, const dqn_cartpole::run_res
   ex::write_png(dir / "curves.png", img);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const options o = parse_flags(argc, argv);
-  try {
+/// The learner's side of a run (the whole run in one process): prints the settings, trains with
+/// `train(on_eval)`, writes the outputs and prints the result; returns the exit status.
+template <class Train>
+int learn_and_report(const options& o, Train&& train) {
+  {
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
     if (ec || !std::filesystem::is_directory(o.out)) {
@@ -234,10 +280,13 @@ int main(int argc, char** argv) {
         c.exploration_fraction, static_cast<unsigned long long>(c.exploration_timesteps),
         dqn_cartpole::qnet::hidden, dqn_cartpole::qnet::hidden,
         static_cast<double>(c.max_grad_norm));
+    const std::string actors =
+        o.over_mpi ? std::string("actors on ranks 1..N-1 (new parameters every round)")
+                   : format("actors %zu, pull every %zu steps", c.actors, c.pull_every);
     std::printf(
-        "  actors %zu, pull every %zu steps, policy lag <= %llu versions; evaluation: "
-        "%zu greedy episodes every %llu steps, solved at a mean >= %g\n",
-        c.actors, c.pull_every, static_cast<unsigned long long>(c.max_lag), c.eval_episodes,
+        "  %s, policy lag <= %llu versions; evaluation: %zu greedy episodes every %llu steps, "
+        "solved at a mean >= %g\n",
+        actors.c_str(), static_cast<unsigned long long>(c.max_lag), c.eval_episodes,
         static_cast<unsigned long long>(c.eval_every), c.solve_return);
     std::fflush(stdout);
 
@@ -247,17 +296,15 @@ int main(int argc, char** argv) {
           hone::profile::trace_options{.perfetto = o.trace, .process_name = "dqn_cartpole"});
     }
     hone_examples::progress bar(c.max_steps);
-    const dqn_cartpole::run_result r =
-        dqn_cartpole::train(c, [&](const dqn_cartpole::eval_record& e) {
-          bar.note(
-              format("steps %6llu  train %6.1f s  eval mean %6.1f (min %3.0f)  train mean100 "
-                     "%6.1f  eps %.3f  loss %.4f  v%llu  dropped %llu",
-                     static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean,
-                     e.eval.min, e.train_return_mean, e.epsilon, e.loss,
-                     static_cast<unsigned long long>(e.version),
-                     static_cast<unsigned long long>(e.gate.dropped)));
-          bar.update(e.env_steps, format("eval %.1f", e.eval.mean));
-        });
+    const dqn_cartpole::run_result r = train([&](const dqn_cartpole::eval_record& e) {
+      bar.note(format(
+          "steps %6llu  train %6.1f s  eval mean %6.1f (min %3.0f)  train mean100 "
+          "%6.1f  eps %.3f  loss %.4f  v%llu  dropped %llu",
+          static_cast<unsigned long long>(e.env_steps), e.train_seconds, e.eval.mean, e.eval.min,
+          e.train_return_mean, e.epsilon, e.loss, static_cast<unsigned long long>(e.version),
+          static_cast<unsigned long long>(e.gate.dropped)));
+      bar.update(e.env_steps, format("eval %.1f", e.eval.mean));
+    });
     bar.finish();
     if (trace) {
       trace->close();
@@ -294,6 +341,54 @@ int main(int argc, char** argv) {
         "evaluation mean %.1f\n",
         r.train_seconds, static_cast<unsigned long long>(r.env_steps), r.evals.back().eval.mean);
     return 0;
+  }
+}
+
+#if defined(DQN_CARTPOLE_MPI)
+/// --actors-over-mpi: rank 0 learns, the other ranks act. An error on any rank ends the whole job
+/// (mpi_comm::abort): the others would otherwise wait for it until their timeout.
+int run_over_mpi(int argc, char** argv, const options& o) {
+  namespace hd = hone::dist;
+  hd::mpi_environment env(argc, argv);
+  // The actors wait twice as long as the learner, so that when an actor dies the learner's
+  // error, which names the missing rank, is the one that ends the job.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const std::chrono::seconds timeout(o.mpi_timeout_s * (world_rank == 0 ? 1 : 2));
+  hd::mpi_comm comm(MPI_COMM_WORLD, timeout);
+  try {
+    if (comm.size() < 2) {
+      throw hone::config_error(
+          "--actors-over-mpi needs at least 2 ranks (rank 0 learns, the others act); run it as "
+          "mpirun -np 3 dqn_cartpole --actors-over-mpi");
+    }
+    if (comm.rank() != 0) {
+      const std::uint64_t sent = dqn_cartpole::run_remote_actor(o.cfg, comm);
+      std::printf("dqn_cartpole: actor rank %d of %d sent %llu transitions\n", comm.rank(),
+                  comm.size(), static_cast<unsigned long long>(sent));
+      return 0;
+    }
+    std::printf("dqn_cartpole: learner on rank 0, actors on ranks 1..%d (MPI)\n", comm.size() - 1);
+    return learn_and_report(
+        o, [&](const auto& on_eval) { return dqn_cartpole::train_learner(o.cfg, comm, on_eval); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dqn_cartpole: rank %d: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    comm.abort(1);
+  }
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse_flags(argc, argv);
+  try {
+#if defined(DQN_CARTPOLE_MPI)
+    if (o.over_mpi) return run_over_mpi(argc, argv, o);
+#endif
+    return learn_and_report(
+        o, [&](const auto& on_eval) { return dqn_cartpole::train(o.cfg, on_eval); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dqn_cartpole: %s\n", e.what());
     return 1;

@@ -5,6 +5,10 @@
 // - the Q-network's backward pass against central finite differences (double precision);
 // - the agent with one actor is deterministic: two runs with a seed give the same parameters and
 //   evaluations, another seed does not;
+// - the multi-process mode (--actors-over-mpi: train_learner on rank 0, run_remote_actor on the
+//   others) with thread ranks (tests/dist/thread_comm.hpp): the learner receives exactly the
+//   steps the actors sent, every round's train_freq, trains the same number of rounds as one
+//   process, and two runs give the same parameters (the blocks arrive in rank order);
 // - --algorithm dqn (dqn_agent) stores 1-step transitions (reward 1, discount gamma) and samples
 //   them with weights 1, where the default agent stores 3-step returns; a configuration naming
 //   the other algorithm is refused.
@@ -16,6 +20,7 @@
 
 #include "cartpole.hpp"
 #include "dqn.hpp"
+#include "thread_comm.hpp"
 
 using dqn_cartpole::cartpole;
 
@@ -167,6 +172,62 @@ BOOST_AUTO_TEST_CASE(one_actor_is_deterministic) {
   c.seed = 1;
   const auto [p3, r3] = run(c);
   BOOST_TEST((p3 != p1));
+}
+
+BOOST_AUTO_TEST_CASE(actors_on_other_ranks_deliver_every_step_and_are_deterministic) {
+  dqn_cartpole::dqn_config c;
+  c.max_steps = 1536;  // six rounds of 256 steps; training after the rounds ending at 1024, 1280
+  c.eval_every = 512;
+  c.eval_episodes = 5;
+  c.buffer_size = 4096;
+  struct outcome {
+    std::vector<float> params;
+    dqn_cartpole::run_result result;
+    std::vector<std::uint64_t> sent;
+  };
+  const auto run = [](const dqn_cartpole::dqn_config& cfg, int ranks) {
+    outcome out;
+    out.sent.assign(static_cast<std::size_t>(ranks), 0);
+    thread_group g(ranks);
+    g.run([&](int r) {
+      thread_comm comm(g, r);
+      if (r == 0) {
+        dqn_cartpole::agent a(cfg);
+        out.result = a.train_learner(comm);
+        out.params = a.online();
+      } else {
+        out.sent[static_cast<std::size_t>(r)] = dqn_cartpole::run_remote_actor(cfg, comm);
+      }
+    });
+    return out;
+  };
+  const outcome one = run(c, 3);
+  const outcome two = run(c, 3);
+  BOOST_TEST(!one.result.solved);
+  BOOST_TEST(one.result.env_steps == 1536u);
+  BOOST_TEST(one.result.gradient_steps == 256u);  // after the rounds ending at 1024 and 1280
+  // Six rounds of 256 steps, 128 per actor (the stop round's blocks are empty: at 1536 steps the
+  // quota is 0).
+  BOOST_TEST(one.sent[1] == 768u);
+  BOOST_TEST(one.sent[2] == 768u);
+  BOOST_TEST(one.result.gate.accepted == 1536u);
+  BOOST_TEST(one.result.gate.dropped == 0u);
+  BOOST_TEST(one.result.gate.max_lag_seen <= 1u);  // actors act one version behind at most
+  BOOST_TEST(one.params == two.params);
+  BOOST_TEST(one.result.episodes == two.result.episodes);
+  BOOST_TEST_REQUIRE(one.result.evals.size() == two.result.evals.size());
+  for (std::size_t i = 0; i < one.result.evals.size(); ++i) {
+    BOOST_TEST(one.result.evals[i].eval.mean == two.result.evals[i].eval.mean);
+    BOOST_TEST(one.result.evals[i].loss == two.result.evals[i].loss);
+  }
+  // The blocks of rounds 5 and 6 were acted with the version the actors got at rounds 4 and 5,
+  // one publication before the learner's when they arrive: max_lag 0 drops exactly those.
+  c.max_lag = 0;
+  const outcome strict = run(c, 3);
+  BOOST_TEST(strict.result.gate.dropped == 512u);
+  BOOST_TEST(strict.result.gate.accepted == 1024u);
+  BOOST_TEST(strict.result.gate.max_lag_seen == 1u);
+  BOOST_TEST(strict.result.gradient_steps == 256u);
 }
 
 BOOST_AUTO_TEST_CASE(plain_dqn_stores_one_step_transitions_and_samples_uniformly) {

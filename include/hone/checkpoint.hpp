@@ -19,6 +19,8 @@
 #include "hone/checkpoint/policy.hpp"
 #include "hone/checkpoint/retention.hpp"
 #include "hone/checkpoint/safetensors.hpp"
+#include "hone/checkpoint/shard_index.hpp"
+#include "hone/checkpoint/sharded.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/checkpoint/tensor_writer.hpp"

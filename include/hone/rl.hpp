@@ -1,14 +1,16 @@
 // hone/rl.hpp: the rl module: transitions and replay buffers composed from storages (ring,
 // packed, frame store, memory-mapped ring, disk), samplers (uniform, prioritized with its sum
 // tree), n-step returns, concurrency policies, saving and loading, HOGWILD! updates, the state
-// cache, variable batches and parallel actors. Device code (rl/cuda/) is included by .cu files
-// only.
+// cache, variable batches, parallel actors and actors on other ranks (dist_actors.hpp, generic
+// over hone::dist::communicator: no MPI dependency). Device code (rl/cuda/) is included by .cu
+// files only.
 #pragma once
 
 #include "hone/rl/actors.hpp"
 #include "hone/rl/auto_storage.hpp"
 #include "hone/rl/batch.hpp"
 #include "hone/rl/concurrency.hpp"
+#include "hone/rl/dist_actors.hpp"
 #include "hone/rl/field_layout.hpp"
 #include "hone/rl/frame_store.hpp"
 #include "hone/rl/hogwild.hpp"

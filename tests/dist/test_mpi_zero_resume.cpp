@@ -4,7 +4,10 @@
 // (capture is collective), which rank 0 writes under DIR; `resume DIR` on 1 and on 3 ranks
 // restores the newest valid checkpoint of DIR into hone::zero<1> and hone::zero<2> trainers (6 and
 // 2 micro-batches per rank), trains steps 4..7 and checks that every rank holds the same bits and
-// that the weights match one process that never stopped within 1e-6. Exit status 0 when every
+// that the weights match one process that never stopped within 1e-6. `save-sharded DIR` on 2
+// ranks trains the same steps and saves a sharded checkpoint (hone::checkpoint::save_sharded:
+// every rank writes its own part of the optimizer state, rank 0 commits one MANIFEST for the
+// set); `resume DIR` then resumes it on 1 and 3 ranks the same way. Exit status 0 when every
 // check holds, 1 otherwise (each failure printed with its rank).
 #include <chrono>
 #include <cstdio>
@@ -47,13 +50,14 @@ bool same_on_every_rank(hd::mpi_comm& c, const std::vector<float>& w) {
 int main(int argc, char** argv) {
   hd::mpi_environment env(argc, argv);
   hd::mpi_comm c(MPI_COMM_WORLD, std::chrono::seconds(20));
-  if (argc != 3 || (std::string(argv[1]) != "save" && std::string(argv[1]) != "resume")) {
-    std::fprintf(stderr, "usage: test_mpi_zero_resume save|resume DIR\n");
+  const std::string mode = argc == 3 ? argv[1] : "";
+  if (mode != "save" && mode != "save-sharded" && mode != "resume") {
+    std::fprintf(stderr, "usage: test_mpi_zero_resume save|save-sharded|resume DIR\n");
     return 2;
   }
   const std::filesystem::path root = argv[2];
   try {
-    if (std::string(argv[1]) == "save") {
+    if (mode == "save") {
       if (c.rank() == 0) {
         std::filesystem::remove_all(root);
         std::filesystem::create_directories(root);
@@ -66,6 +70,22 @@ int main(int argc, char** argv) {
         std::printf("rank 0 of %d wrote %s\n", c.size(), dir.string().c_str());
       }
       c.barrier().wait();
+    } else if (mode == "save-sharded") {
+      if (c.rank() == 0) {
+        std::filesystem::remove_all(root);
+        std::filesystem::create_directories(root);
+      }
+      c.barrier().wait();
+      (void)zero_segment_sharded<2>(c, {}, 0, 4, root);
+      const auto dir = root / ck::step_dir_name(4);
+      // Committed on every rank's return: one MANIFEST for the set, one part per rank.
+      const auto report = ck::verify_directory(dir);
+      check(report.ok(), c.rank(),
+            "the sharded checkpoint does not verify: " +
+                (report.ok() ? std::string() : report.problems.front()));
+      check(std::filesystem::exists(dir / ck::shard_file_name(c.rank(), c.size(), false)), c.rank(),
+            "this rank's part is missing");
+      std::printf("rank %d of %d wrote its part of %s\n", c.rank(), c.size(), dir.string().c_str());
     } else {
       const auto newest = ck::newest_valid(root);
       check(newest.has_value(), c.rank(), "no valid checkpoint under " + root.string());
@@ -82,9 +102,10 @@ int main(int argc, char** argv) {
         const auto at4 = zero_segment<2>(c, newest->path, 4, 4);
         check(max_abs_diff(at4, want) > 1e-4, c.rank(), "steps 4..7 changed nothing");
         std::printf(
-            "rank %d of %d resumed a 2-rank checkpoint: zero<1> %.3g, zero<2> %.3g from "
+            "rank %d of %d resumed a 2-rank %s checkpoint: zero<1> %.3g, zero<2> %.3g from "
             "one process\n",
-            c.rank(), c.size(), d1, d2);
+            c.rank(), c.size(),
+            ck::is_sharded_checkpoint(newest->path) ? "sharded" : "consolidated", d1, d2);
       }
     }
   } catch (const std::exception& e) {

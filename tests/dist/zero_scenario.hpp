@@ -6,7 +6,9 @@
 // arena takes several windows per shard).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <hone/checkpoint/sharded.hpp>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
 #include <hone/dist/zero.hpp>
 #include <span>
@@ -85,6 +87,28 @@ inline std::vector<float> six_batch_reference(int steps) {
     for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
     (void)t.step(std::span<const mlp_batch>(mb));
   }
+  const auto w = t.master_weights();
+  return {w.begin(), w.end()};
+}
+
+/// zero_segment, then a sharded checkpoint of step `to` under `save_root`
+/// (hone::checkpoint::save_sharded: every rank writes its own part). With `consolidated`, also
+/// captures the consolidated checkpoint of the same state (collective) into *consolidated.
+template <int Stage, class Comm>
+std::vector<float> zero_segment_sharded(Comm& c, const std::filesystem::path& dir, int from, int to,
+                                        const std::filesystem::path& save_root,
+                                        hone::checkpoint::snapshot* consolidated = nullptr) {
+  const scenario sc{};
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
+  if (!dir.empty()) (void)hone::checkpoint::restore(t, dir);
+  for (int s = from; s < to; ++s) {
+    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  if (consolidated != nullptr) hone::checkpoint::capture(t, *consolidated);
+  (void)hone::checkpoint::save_sharded(t, c, save_root, static_cast<std::uint64_t>(to),
+                                       {.sync = false});
   const auto w = t.master_weights();
   return {w.begin(), w.end()};
 }

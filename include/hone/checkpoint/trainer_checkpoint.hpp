@@ -29,6 +29,10 @@
 // shards into whole tensors, and one rank writes the snapshot), and the checkpoint is the one an
 // unsharded trainer writes. restore() reads the whole tensors on every rank and keeps its shard,
 // so a checkpoint of N ranks resumes on any number of ranks (docs/dist.md, "ZeRO").
+//
+// restore() also reads a sharded checkpoint (hone/checkpoint/sharded.hpp, save_sharded: every
+// rank wrote its own part of the optimizer state, indexed by shards.json): a ZeRO trainer reads
+// only the parts that overlap its shard, any other trainer reads every part; any number of ranks.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +45,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "hone/checkpoint/shard_index.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/checkpoint/verify.hpp"
@@ -215,6 +220,7 @@ struct trainer_files {
   training_state state;
   tensor_file weights;
   std::optional<tensor_file> optimizer;
+  std::optional<sharded_reader> shards;  // a sharded checkpoint's optimizer state
 };
 inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool verify) {
   if (verify) verify_directory(dir, true).require_ok(dir.string());
@@ -229,8 +235,28 @@ inline trainer_files open_trainer_files(const std::filesystem::path& dir, bool v
     throw checkpoint_error("hone: checkpoint '" + dir.string() + "' has no " +
                            std::string(files::weights));
   }
-  return {read_state(dir / files::state), std::move(*weights),
-          open_tensors(files::optimizer, files::optimizer_compressed)};
+  auto optimizer = open_tensors(files::optimizer, files::optimizer_compressed);
+  std::optional<sharded_reader> shards;
+  if (!optimizer && is_sharded_checkpoint(dir)) {
+    shards.emplace(dir, shard_index::read(dir / files::shard_index));
+  }
+  return {read_state(dir / files::state), std::move(*weights), std::move(optimizer),
+          std::move(shards)};
+}
+
+/// Refuses a sharded checkpoint's logical tensor whose shape differs from the model's (as
+/// check_stored_shape).
+inline void check_sharded_shape(const sharded_reader& r, const std::string& tensor,
+                                const shape_map& shapes, const std::string& param) {
+  const auto it = shapes.find(param);
+  const sharded_tensor* t = r.index().find(tensor);
+  if (it == shapes.end() || t == nullptr || t->shape.size() <= 1 || t->shape == it->second) return;
+  throw checkpoint_error("hone::checkpoint::restore: tensor '" + tensor +
+                         "' in sharded checkpoint '" + r.directory().string() + "' has shape " +
+                         shape_string(t->shape) + " but the model's parameter '" + param +
+                         "' has shape " + shape_string(it->second) +
+                         "; restore into a model with the same shapes, or pass "
+                         "trainer_restore_options{.flat = true} to restore element by element");
 }
 }  // namespace detail
 
@@ -334,7 +360,13 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
 template <class Trainer>
 training_state restore(Trainer& t, const std::filesystem::path& dir,
                        const trainer_restore_options& ro) {
-  const detail::trainer_files f = detail::open_trainer_files(dir, ro.verify);
+  detail::trainer_files f = detail::open_trainer_files(dir, ro.verify);
+  if (detail::device_state_trainer_v<Trainer> && f.shards) {
+    throw checkpoint_error(
+        "hone::checkpoint::restore: '" + dir.string() +
+        "' is a sharded checkpoint, which restores into host trainers; convert it into an "
+        "ordinary one first (hone-ckpt convert DIR --to safetensors OUT) and restore that");
+  }
   const auto& layout = t.layout();
   if (!ro.flat) {  // every shape is checked before anything is loaded
     const shape_map shapes = detail::model_shapes(t);
@@ -347,6 +379,14 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
           const std::string& param = a.layout()[i].name;
           detail::check_stored_shape(*f.optimizer, std::string(name) + "." + param, shapes, param,
                                      dir);
+        }
+      });
+    }
+    if (f.shards) {
+      t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const std::string& param = a.layout()[i].name;
+          detail::check_sharded_shape(*f.shards, std::string(name) + "." + param, shapes, param);
         }
       });
     }
@@ -381,6 +421,31 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
     } else {
       t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
         load.load_state(*f.optimizer, a, std::string(name) + ".");
+      });
+    }
+  } else if (f.shards) {
+    // A sharded checkpoint: each piece of this trainer's state arenas (the whole tensors, or with
+    // hone::zero this rank's shard of them) read from the parts that overlap it.
+    if constexpr (!detail::device_state_trainer_v<Trainer>) {  // (refused above otherwise)
+      std::size_t base = 0;  // the arena element of the state arenas' first element
+      if constexpr (detail::sharded_trainer_v<Trainer>) {
+        base = t.gradient_reduction().shard(layout.total()).offset;
+      }
+      t.optimizer_state().for_each_tensor([&](std::string_view name, auto& a) {
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const auto& piece = a.layout()[i];
+          const auto& whole = layout[layout.find(piece.name)];
+          const std::string tensor = std::string(name) + "." + piece.name;
+          const sharded_tensor& st = f.shards->at(tensor);
+          if (st.elements() != whole.count) {
+            throw checkpoint_error(
+                "hone::checkpoint::restore: tensor '" + tensor + "' in sharded checkpoint '" +
+                dir.string() + "' has " + std::to_string(st.elements()) +
+                " elements, the model's parameter '" + whole.name + "' has " +
+                std::to_string(whole.count) + "; restore into the model that was saved");
+          }
+          f.shards->read_range(tensor, base + piece.offset - whole.offset, a.view(i));
+        }
       });
     }
   }

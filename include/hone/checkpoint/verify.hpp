@@ -7,6 +7,9 @@
 //   optimizer.safetensors  optimizer state, when saved in full (or optimizer.hct)
 //   state.json             step, loss scaler, schedule, RNGs, data position, user metadata
 //   MANIFEST               size and XXH3-128 of every other file; written last
+// or, sharded (hone/checkpoint/sharded.hpp: every rank writes its part of the optimizer state),
+// optimizer-RRRRR-of-NNNNN.safetensors files and shards.json, their index (shard_index.hpp), in
+// place of optimizer.safetensors. verify_directory checks the index against the MANIFEST too.
 #pragma once
 
 #include <array>
@@ -21,6 +24,7 @@
 #include "hone/checkpoint/file_io.hpp"
 #include "hone/checkpoint/manifest.hpp"
 #include "hone/checkpoint/safetensors.hpp"
+#include "hone/checkpoint/shard_index.hpp"
 #include "hone/checkpoint/state.hpp"
 #include "hone/checkpoint/tensor_file.hpp"
 #include "hone/core/config.hpp"
@@ -47,7 +51,7 @@ enum class content_policy {
 };
 
 /// The kinds of files hone reads.
-enum class file_kind { manifest, state, safetensors, compressed_tensors, unknown };
+enum class file_kind { manifest, state, safetensors, compressed_tensors, shard_index, unknown };
 
 [[nodiscard]] constexpr std::string_view file_kind_name(file_kind k) noexcept {
   switch (k) {
@@ -59,17 +63,20 @@ enum class file_kind { manifest, state, safetensors, compressed_tensors, unknown
       return "safetensors";
     case file_kind::compressed_tensors:
       return "compressed tensors";
+    case file_kind::shard_index:
+      return "shard index";
     case file_kind::unknown:
       return "unknown";
   }
   return "unknown";
 }
 
-/// The kind of the file at `path`: by name (MANIFEST, *.json), then by its first bytes (the
-/// compressed magic), then by suffix (*.safetensors).
+/// The kind of the file at `path`: by name (MANIFEST, shards.json, *.json), then by its first bytes
+/// (the compressed magic), then by suffix (*.safetensors).
 [[nodiscard]] inline file_kind detect_file_kind(const std::filesystem::path& path) {
   const std::string name = path.filename().string();
   if (name == files::manifest) return file_kind::manifest;
+  if (name == files::shard_index) return file_kind::shard_index;
   if (path.extension() == ".json") return file_kind::state;
   std::array<std::byte, 8> start{};
   {
@@ -82,9 +89,9 @@ enum class file_kind { manifest, state, safetensors, compressed_tensors, unknown
 }
 
 /// Checks one file completely by its kind: a MANIFEST parses (with its own checksum), a state
-/// parses, a safetensors header validates against the file, a compressed file validates and every
-/// chunk decompresses to its hash. checkpoint_error (damage) or io_error (cannot read) otherwise;
-/// config_error for a file of unknown kind.
+/// parses, a shard index parses and is consistent, a safetensors header validates against the file,
+/// a compressed file validates and every chunk decompresses to its hash. checkpoint_error (damage)
+/// or io_error (cannot read) otherwise; config_error for a file of unknown kind.
 inline file_kind verify_file(const std::filesystem::path& path) {
   const file_kind kind = detect_file_kind(path);
   switch (kind) {
@@ -99,6 +106,9 @@ inline file_kind verify_file(const std::filesystem::path& path) {
       break;
     case file_kind::compressed_tensors:
       compressed_file::open(path).verify();
+      break;
+    case file_kind::shard_index:
+      (void)shard_index::read(path);
       break;
     case file_kind::unknown:
       throw config_error("hone: '" + path.string() +
@@ -124,7 +134,9 @@ struct verify_report {
 };
 
 /// Checks a checkpoint directory: its MANIFEST is intact, every file it lists exists with its
-/// size and XXH3-128, and (when `deep`) every listed file passes verify_file. Files not in the
+/// size and XXH3-128, and (when `deep`) every listed file passes verify_file. A sharded
+/// checkpoint's index (shards.json) must be listed, and every rank's part file it names must be
+/// listed in the MANIFEST (and, when `deep`, hold the pieces the index says). Files not in the
 /// MANIFEST are ignored. Never throws for damage: every problem is in the report.
 [[nodiscard]] inline verify_report verify_directory(const std::filesystem::path& dir,
                                                     bool deep = true) {
@@ -141,6 +153,20 @@ struct verify_report {
   }
   r.problems = check_manifest_files(m, dir, &r.bytes_hashed);
   r.files_checked = m.size();
+  std::error_code ec;
+  const bool has_index = m.find(files::shard_index) != nullptr;
+  if (!has_index && std::filesystem::exists(dir / files::shard_index, ec)) {
+    r.problems.push_back("'" + (dir / files::shard_index).string() +
+                         "' (the index of a sharded checkpoint) is not listed in the MANIFEST");
+  }
+  if (has_index && r.problems.empty()) {
+    try {
+      const shard_index idx = shard_index::read(dir / files::shard_index);
+      for (auto& p : idx.check_against(m, dir, deep)) r.problems.push_back(std::move(p));
+    } catch (const error& ex) {
+      r.problems.push_back(ex.what());
+    }
+  }
   if (deep && r.problems.empty()) {
     for (const auto& e : m.entries()) {
       const std::filesystem::path p = dir / e.name;
