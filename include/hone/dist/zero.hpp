@@ -54,8 +54,9 @@
 // own message; the job must then end (e.g. mpi_comm::abort()): the collectives are not resumed.
 // Checkpoints: hone::checkpoint::capture of a ZeRO trainer is collective (every rank calls it; the
 // state's shards are all-gathered into whole tensors and one rank writes them), and restore keeps
-// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks. See
-// docs/dist.md, "ZeRO".
+// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks.
+// hone::checkpoint::save_sharded (hone/checkpoint/sharded.hpp) instead has every rank write its
+// own shard under one MANIFEST. See docs/dist.md, "ZeRO".
 #pragma once
 
 #include <algorithm>
