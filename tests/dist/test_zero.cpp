@@ -255,7 +255,8 @@ BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula) {
     g.run([&](int r) {
       thread_comm c(g, r);
       const auto bytes = [&](auto& t) {
-        BOOST_TEST(t.zero_copy());
+        if (!t.zero_copy()) return -1.0;  // checked after the threads (Boost.Test is not
+                                          // thread-safe): the formula assumes zero-copy weights
         return static_cast<double>(t.master_weights().size() * 4 + t.master_gradients().size() * 4 +
                                    t.optimizer_state().bytes());
       };
