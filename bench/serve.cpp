@@ -8,6 +8,10 @@
 //   manual:  one thread submits, calls poll() and gets (no thread hand-off).
 //   thread:  one client thread submits B and waits for them; the dispatcher thread forms the
 //            batch (a wake-up of the dispatcher and of the client per round are included).
+//   caller_runs: thread with batcher_options::caller_runs (B = 1 only): the lone request finds
+//            the dispatcher idle and the queue empty, and the cap of 1 forms its batch at once,
+//            so submit() runs it on the client's thread (no wake-up); the dispatcher thread
+//            exists and stays asleep.
 // fill_saturated/hone: two client threads keep 128 requests each in flight against a model that
 // busy-waits 20 us per batch (cap 32, delay 500 us); counters: mean_fill (mean batch size / cap),
 // batches, requests per second.
@@ -45,6 +49,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #ifdef __linux__
@@ -60,6 +65,17 @@ using clk = std::chrono::steady_clock;
 
 struct copy_model {
   std::vector<std::uint64_t> infer(std::span<const std::uint64_t> batch) {
+    return {batch.begin(), batch.end()};
+  }
+};
+
+// copy_model that counts the batches run on a thread other than the one constructing it (the
+// caller_runs row checks that every batch ran on the client's thread).
+struct caller_check_model {
+  std::thread::id client = std::this_thread::get_id();
+  std::atomic<std::uint64_t> elsewhere{0};
+  std::vector<std::uint64_t> infer(std::span<const std::uint64_t> batch) {
+    if (std::this_thread::get_id() != client) elsewhere.fetch_add(1, std::memory_order_relaxed);
     return {batch.begin(), batch.end()};
   }
 };
@@ -105,12 +121,14 @@ void dispatch_manual(benchmark::State& state, std::size_t b) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * b));
 }
 
-void dispatch_thread(benchmark::State& state, std::size_t b) {
-  copy_model m;
-  hs::dynamic_batcher<copy_model, std::uint64_t> batcher(
+template <class Model>
+void dispatch_thread(benchmark::State& state, std::size_t b, bool caller_runs) {
+  Model m;
+  hs::dynamic_batcher<Model, std::uint64_t> batcher(
       m, {.max_batch_size = b,
           .max_queue_delay = std::chrono::milliseconds(100),
-          .queue_capacity = 4 * b});
+          .queue_capacity = 4 * b,
+          .caller_runs = caller_runs});
   std::vector<hs::request_handle<std::uint64_t>> handles;
   handles.reserve(b);
   hone::profile::duration_stats per_request;
@@ -129,6 +147,10 @@ void dispatch_thread(benchmark::State& state, std::size_t b) {
   report_rounds(state, per_request);
   const auto s = batcher.stats();
   state.counters["mean_batch"] = s.mean_batch_size;
+  if constexpr (std::is_same_v<Model, caller_check_model>) {
+    if (m.elsewhere.load() != 0)
+      state.SkipWithError("caller_runs: a batch ran on the dispatcher, not in submit()");
+  }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * b));
 }
 
@@ -386,9 +408,13 @@ bool register_benchmarks() {
       dispatch_manual(s, b);
     })->Unit(benchmark::kMicrosecond);
     hone_bench::register_named("dispatch_overhead/thread" + suffix, [b](benchmark::State& s) {
-      dispatch_thread(s, b);
+      dispatch_thread<copy_model>(s, b, false);
     })->Unit(benchmark::kMicrosecond);
   }
+  // The caller-runs fast path applies to lone requests only (a batch of 32 waits for the 32nd).
+  hone_bench::register_named("dispatch_overhead/caller_runs_b1", [](benchmark::State& s) {
+    dispatch_thread<caller_check_model>(s, 1, true);
+  })->Unit(benchmark::kMicrosecond);
   hone_bench::add("fill_saturated", "hone", fill_saturated)->Iterations(1);
   using us = std::chrono::microseconds;
   struct cost {

@@ -447,3 +447,163 @@ BOOST_AUTO_TEST_CASE(bad_adaptive_options_are_refused_with_a_sentence) {
   o.adaptive.additive_step = 0;
   BOOST_CHECK_THROW(tb(m, o), hone::config_error);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The caller-runs fast path (batcher_options::caller_runs)
+
+namespace {
+hs::batcher_options caller_runs(std::size_t cap, std::chrono::nanoseconds delay,
+                                std::vector<std::size_t> preferred = {}) {
+  hs::batcher_options o = manual(cap, delay, std::move(preferred));
+  o.caller_runs = true;
+  return o;
+}
+
+/// Doubles each request; its first batch submits two more requests to the batcher (which must
+/// queue them: a batch is running).
+struct resubmitting_model {
+  hs::dynamic_batcher<resubmitting_model, int, test_clock>* batcher = nullptr;
+  std::vector<hs::request_handle<int>> inner;
+  std::vector<std::vector<int>> batches;
+  std::vector<int> infer(std::span<const int> batch) {
+    batches.emplace_back(batch.begin(), batch.end());
+    if (batches.size() == 1) {
+      inner.push_back(batcher->submit(100));
+      inner.push_back(batcher->submit(200, {.priority = 1}));
+    }
+    std::vector<int> out;
+    for (const int r : batch) out.push_back(2 * r);
+    return out;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(caller_runs_runs_a_lone_request_in_submit_when_the_rule_forms_it_at_once) {
+  doubler m;
+  batcher b(m, caller_runs(1, 1ms));  // a cap of 1: a lone request's batch forms at once
+  auto h = b.submit(3, {.timeout = 1us});
+  BOOST_TEST(ready(h));  // no poll(): submit ran it
+  BOOST_TEST(value(h) == 6);
+  BOOST_TEST(m.batches.size() == 1u);
+  BOOST_TEST(b.queued() == 0u);
+  BOOST_TEST(b.poll() == 0u);
+  BOOST_TEST(!h.cancel());  // already run
+  auto h2 = b.submit(4);
+  BOOST_TEST(value(h2) == 8);
+  const hs::batcher_stats s = b.stats();
+  BOOST_TEST(s.submitted == 2u);
+  BOOST_TEST(s.batches == 2u);
+  BOOST_TEST(s.run == 2u);
+  BOOST_TEST(s.timed_out == 0u);
+  BOOST_TEST(s.queue_delay_max_ns == 0);  // formed as it was submitted
+}
+
+BOOST_AUTO_TEST_CASE(caller_runs_applies_exactly_when_chosen_batch_size_takes_one_request_now) {
+  struct want {
+    std::size_t cap;
+    std::chrono::nanoseconds delay;
+    std::vector<std::size_t> preferred;
+    bool in_submit;
+  };
+  const std::vector<want> cases{
+      {1, 1ms, {}, true},       // the cap is 1
+      {4, 0ns, {}, true},       // no delay: a partial batch forms at once
+      {4, 1ms, {1}, true},      // the largest preferred size is 1
+      {4, 0ns, {2, 4}, true},   // no delay: fewer than the smallest preferred size, all of them
+      {4, 1ms, {}, false},      // waits up to 1 ms for a fuller batch
+      {4, 1ms, {1, 2}, false},  // waits for 2, the largest preferred size
+  };
+  for (const want& w : cases) {
+    BOOST_TEST_CONTEXT("cap " << w.cap << ", delay " << w.delay.count() << " ns, "
+                              << w.preferred.size() << " preferred sizes") {
+      doubler m;
+      batcher b(m, caller_runs(w.cap, w.delay, w.preferred));
+      auto h = b.submit(5);
+      BOOST_TEST(ready(h) == w.in_submit);
+      BOOST_TEST(b.queued() == (w.in_submit ? 0u : 1u));
+      BOOST_TEST(
+          hs::chosen_batch_size(1, w.delay == 0ns, w.cap, b.options().preferred_batch_sizes) ==
+          (w.in_submit ? 1u : 0u));
+      if (!w.in_submit) {
+        test_clock::advance(1ms);
+        BOOST_TEST(b.poll() == 1u);  // the dispatching side forms it after the delay, as before
+      }
+      BOOST_TEST(value(h) == 10);
+    }
+  }
+  // Without the option nothing changes: the request waits for poll().
+  doubler m;
+  batcher b(m, manual(1, 1ms));
+  auto h = b.submit(5);
+  BOOST_TEST(!ready(h));
+  BOOST_TEST(b.poll() == 1u);
+  BOOST_TEST(value(h) == 10);
+}
+
+BOOST_AUTO_TEST_CASE(caller_runs_queues_behind_a_running_batch_and_behind_queued_requests) {
+  resubmitting_model m;
+  hs::dynamic_batcher<resubmitting_model, int, test_clock> b(m, caller_runs(4, 0ns));
+  m.batcher = &b;
+  auto a = b.submit(1);  // runs in submit; the model submits 100 and 200 meanwhile
+  BOOST_TEST(ready(a));
+  BOOST_TEST(value(a) == 2);
+  BOOST_TEST(m.inner.size() == 2u);
+  BOOST_TEST(!ready(m.inner[0]));  // a batch was running: queued, not run inside the model
+  BOOST_TEST(b.queued() == 2u);
+  auto c = b.submit(3);  // the queue is not empty: queued behind them, in the usual order
+  BOOST_TEST(!ready(c));
+  BOOST_TEST(b.queued() == 3u);
+  BOOST_TEST(b.poll() == 3u);
+  BOOST_TEST(m.batches.size() == 2u);
+  BOOST_TEST(m.batches[1] == (std::vector<int>{200, 100, 3}));  // priority, then submission order
+  BOOST_TEST(value(c) == 6);
+  BOOST_TEST(value(m.inner[0]) == 200);
+  BOOST_TEST(value(m.inner[1]) == 400);
+  auto d = b.submit(4);  // idle and empty again: in submit
+  BOOST_TEST(value(d) == 8);
+  BOOST_TEST(b.stats().batches == 3u);
+  BOOST_TEST(b.stats().submitted == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(caller_runs_puts_the_model_error_in_the_future_and_serving_goes_on) {
+  doubler m;
+  batcher b(m, caller_runs(1, 1ms));
+  auto p = b.submit(-1);  // submit itself does not throw the model's error
+  BOOST_TEST(fails_with<std::runtime_error>(p));
+  auto h = b.submit(2);
+  BOOST_TEST(value(h) == 4);
+  BOOST_TEST(b.stats().failed == 1u);
+  BOOST_TEST(b.stats().run == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(caller_runs_keeps_backpressure_shutdown_and_the_adaptive_cap) {
+  {  // a full queue is not bypassed: requests queued behind a batch stay bounded
+    doubler m;
+    auto o = caller_runs(4, 1ms);
+    o.queue_capacity = 1;
+    batcher b(m, o);
+    auto h = b.submit(1);  // 1 of a cap of 4 with a delay: queued
+    BOOST_CHECK_THROW((void)b.submit(2), hs::queue_full_error);
+    b.shutdown(hs::shutdown_mode::drain);
+    BOOST_TEST(value(h) == 2);
+    BOOST_CHECK_THROW((void)b.submit(3), hs::batcher_stopped_error);
+    BOOST_TEST(b.stats().rejected == 2u);
+  }
+  {  // the adaptive cap: a lone request runs in submit while the cap is 1; the full batch of 1
+     // (10 us <= 15 us) grows the cap to 2, so the next lone request waits for the delay
+    timed_model m;
+    auto o = caller_runs(4, 1ms);
+    o.adaptive = {.latency_target = 15us};
+    hs::dynamic_batcher<timed_model, int, test_clock> b(m, o);
+    BOOST_TEST(b.stats().batch_size_cap == 1u);
+    auto h0 = b.submit(0);
+    BOOST_TEST(ready(h0));
+    BOOST_TEST(b.stats().batch_size_cap == 2u);
+    auto h1 = b.submit(1);
+    BOOST_TEST(!ready(h1));
+    test_clock::advance(1ms);
+    BOOST_TEST(b.poll() == 1u);
+    BOOST_TEST(value(h1) == 1);
+    BOOST_TEST(m.sizes == (std::vector<std::size_t>{1, 1}));
+  }
+}

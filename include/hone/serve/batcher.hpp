@@ -2,7 +2,9 @@
 // to the user's model, one dispatcher forming batches by a size cap, preferred batch sizes and a
 // maximum queue delay; priorities, per-request timeouts, cancellation, a bounded queue that
 // rejects when full, model errors confined to their batch, a shutdown that drains or cancels, and
-// an optional adaptive cap (AIMD against a latency target, as Clipper does).
+// an optional adaptive cap (AIMD against a latency target, as Clipper does), and an optional
+// caller-runs fast path (batcher_options::caller_runs: a lone request that would be dispatched
+// alone at once runs on the submitting thread, with no thread wake-up).
 // The model plugs in through hone::serve::batch_model<M, Request> (check_batch_model<M, Request>()
 // says in a sentence what is missing). docs/serve.md describes every option and guarantee.
 #pragma once
@@ -163,6 +165,15 @@ struct batcher_options {
   /// AIMD on the batch-size cap (off unless adaptive.latency_target is set); not combined with
   /// preferred_batch_sizes.
   adaptive_options adaptive = {};
+  /// The caller-runs fast path (off by default). When submit() finds no batch running, the queue
+  /// empty and the batching rule forming a batch of this request alone at once (the cap is 1,
+  /// the largest preferred size is 1, or max_queue_delay is zero: chosen_batch_size(1, delay
+  /// expired, cap, preferred) == 1), the calling thread runs that batch itself, under the same
+  /// one-batch-at-a-time rule, and submit() returns with the future ready: no thread is woken.
+  /// Otherwise submit() queues as usual. The model then also runs on client threads (and in
+  /// their submit() calls), so leave it off for a model bound to one thread (thread-local
+  /// state, a thread's CUDA context or stream) or when a client must not block in submit().
+  bool caller_runs = false;
 };
 
 /// Per-request options of submit().
@@ -316,7 +327,8 @@ class batcher_core final : public cancellable {
 
 /// Serves `model` (held by reference: it must outlive the batcher) to many client threads. One
 /// batch runs at a time, on the dispatcher thread (dispatch_mode::thread) or on the thread calling
-/// poll() (dispatch_mode::manual); the model is never called concurrently with itself.
+/// poll() (dispatch_mode::manual), or with batcher_options::caller_runs on a thread in submit();
+/// the model is never called concurrently with itself.
 /// Clock: std::chrono::steady_clock, or a test clock with the same interface.
 template <class Model, class Request, class Clock = std::chrono::steady_clock>
 class dynamic_batcher {
@@ -384,7 +396,9 @@ class dynamic_batcher {
 
   /// Queues `request`; its handle's future becomes ready when its batch has run (or it fails).
   /// Throws queue_full_error when queue_capacity requests are queued, batcher_stopped_error after
-  /// shutdown(); the request is then not queued. Thread-safe.
+  /// shutdown(); the request is then not queued. Thread-safe. With batcher_options::caller_runs,
+  /// a request the rule would dispatch alone at once while no batch runs is run by this call
+  /// instead (the future is ready when it returns; the model's error is in the future).
   handle_type submit(Request request, submit_options so = {}) {
     const time_point now = Clock::now();
     const auto timeout = so.timeout.count() > 0 ? so.timeout : options_.default_timeout;
@@ -393,7 +407,7 @@ class dynamic_batcher {
     detail::queue_key key{so.priority, 0};
     bool wake = false;
     {
-      std::lock_guard lock(core_->m);
+      std::unique_lock lock(core_->m);
       if (core_->stopping) {
         ++rejected_;
         throw batcher_stopped_error(
@@ -408,6 +422,15 @@ class dynamic_batcher {
                                "load, or raise batcher_options::queue_capacity.");
       }
       key.seq = core_->next_seq++;
+      if (options_.caller_runs && core_->queue.empty() && !core_->running &&
+          chosen_batch_size(1, options_.max_queue_delay.count() == 0, cap_,
+                            options_.preferred_batch_sizes) == 1) {
+        // The rule forms this request's batch alone now and nothing runs: run it here.
+        ++submitted_;
+        handle_type handle(std::move(future), core_, key);
+        run_on_caller(lock, std::move(request), std::move(promise));
+        return handle;
+      }
       std::optional<time_point> deadline;
       if (timeout.count() > 0)
         deadline = now + std::chrono::duration_cast<typename Clock::duration>(timeout);
@@ -555,6 +578,9 @@ class dynamic_batcher {
       k = chosen_batch_size(c.queue.size(), expired_delay, cap_, options_.preferred_batch_sizes);
       if (k == 0 && wake) *wake = oldest + delay;
     }
+    // While another thread's batch runs (a caller-runs batch, or another poll()), nothing is
+    // formed and no delay sets `wake`: that thread wakes the dispatcher when its batch ends, so
+    // meanwhile the dispatcher waits only for deadlines.
     if (wake && !c.by_deadline.empty() && (!*wake || c.by_deadline.begin()->first < **wake))
       *wake = c.by_deadline.begin()->first;
     if (k != 0) {
@@ -595,6 +621,42 @@ class dynamic_batcher {
       if (options_.mode == dispatch_mode::manual) c.cv.notify_all();  // shutdown() may wait
     }
     return k;
+  }
+
+  /// The caller-runs fast path, from submit() with the lock held, the queue empty and no batch
+  /// running: runs `request` as a batch of one on this thread (the lock released meanwhile),
+  /// then accounts for it as step() does and wakes the dispatcher (or a waiting shutdown()) if
+  /// requests were queued, or shutdown() began, while it ran. Returns with the lock released.
+  void run_on_caller(std::unique_lock<std::mutex>& lock, Request&& request,
+                     std::promise<response_type>&& promise) {
+    auto& c = *core_;
+    delay_.add(0);  // its batch is formed as it is submitted
+    batch_.clear();
+    promises_.clear();
+    batch_.push_back(std::move(request));  // within the reserved max_batch_size >= 1: no throw
+    promises_.push_back(std::move(promise));
+    c.running = true;
+    lock.unlock();
+    // run_batch answers the model's errors itself; the guard also ends the batch if anything
+    // else (the profiler) throws, so `running` is never left set.
+    struct finish {
+      dynamic_batcher* self;
+      std::uint64_t failed = 0;
+      ~finish() { self->finish_on_caller(1, failed); }
+    } guard{this};
+    guard.failed = run_batch();
+  }
+
+  void finish_on_caller(std::size_t k, std::uint64_t failed) {
+    auto& c = *core_;
+    std::lock_guard lock(c.m);
+    ++batches_;
+    run_ += k;
+    failed_ += failed;
+    if (adaptive() && !model_threw_) adapt(k, took_);
+    c.running = false;
+    // Under the lock: once it is released, shutdown() may return and the batcher be destroyed.
+    if (!c.queue.empty() || c.stopping) c.cv.notify_all();
   }
 
   /// Runs batch_ through the model and satisfies promises_ (without the lock). Returns the
@@ -645,7 +707,9 @@ class dynamic_batcher {
       bool released = false;
       step(lock, Clock::now(), &wake, released);
       if (released) continue;
-      if (c.stopping && c.queue.empty()) return;
+      // A caller-runs batch may still run: shutdown() returns only after it (its thread
+      // notifies when it ends).
+      if (c.stopping && c.queue.empty() && !c.running) return;
       if (wake)
         c.cv.wait_until(lock, *wake);
       else
