@@ -30,10 +30,11 @@
 #include <string>
 #include <vector>
 
+#include "support/mpi_rows.hpp"
+
 namespace {
 
 namespace hd = hone::dist;
-using clock_type = std::chrono::steady_clock;
 
 struct args {
   std::size_t layers = 16;
@@ -113,12 +114,6 @@ struct layered_model {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,39 +134,22 @@ int main(int argc, char** argv) {
   const batch b{1.0f + static_cast<float>(rank)};
 
   const auto sample = [&](auto& t) {
-    comm.barrier().wait();
-    const auto t0 = clock_type::now();
-    for (int s = 0; s < a.steps; ++s) (void)t.step(b);
-    double sec = std::chrono::duration<double>(clock_type::now() - t0).count() / a.steps;
-    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return sec;
+    return hone_bench::slowest_seconds_per_call(comm, a.steps, [&] { (void)t.step(b); });
   };
   // Warm-up: first touch, MPI connections, the bucket plans.
   (void)sample(local);
   (void)sample(after);
   (void)sample(over);
 
-  std::vector<double> t_local, t_after, t_over, x_after, x_over;
+  const auto rows = hone_bench::interleaved<3>(
+      a.repetitions,
+      {[&] { return sample(local); }, [&] { return sample(after); }, [&] { return sample(over); }});
+  const auto& [t_local, t_after, t_over] = rows;
+  std::vector<double> x_after, x_over;
   for (int r = 0; r < a.repetitions; ++r) {
-    double tl = 0, ta = 0, to = 0;
-    for (int k = 0; k < 3; ++k) {
-      switch ((k + r) % 3) {
-        case 0:
-          tl = sample(local);
-          break;
-        case 1:
-          ta = sample(after);
-          break;
-        default:
-          to = sample(over);
-          break;
-      }
-    }
-    t_local.push_back(tl);
-    t_after.push_back(ta);
-    t_over.push_back(to);
-    x_after.push_back((ta - tl) / ta);
-    x_over.push_back((to - tl) / to);
+    const auto i = static_cast<std::size_t>(r);
+    x_after.push_back((t_after[i] - t_local[i]) / t_after[i]);
+    x_over.push_back((t_over[i] - t_local[i]) / t_over[i]);
   }
   if (rank == 0) {
     const double mb = static_cast<double>(a.layers * a.floats * sizeof(float)) / (1 << 20);
@@ -182,9 +160,11 @@ int main(int argc, char** argv) {
         comm.size(), a.layers, a.floats, mb, a.work, a.bucket_mb, a.steps, a.repetitions,
         over.gradient_reduction().early_starts());
     std::printf("%-8s %10s %10s\n", "row", "step ms", "exposed");
-    std::printf("%-8s %10.2f %10s\n", "local", 1e3 * median(t_local), "-");
-    std::printf("%-8s %10.2f %9.1f%%\n", "after", 1e3 * median(t_after), 100 * median(x_after));
-    std::printf("%-8s %10.2f %9.1f%%\n", "overlap", 1e3 * median(t_over), 100 * median(x_over));
+    std::printf("%-8s %10.2f %10s\n", "local", 1e3 * hone_bench::median(t_local), "-");
+    std::printf("%-8s %10.2f %9.1f%%\n", "after", 1e3 * hone_bench::median(t_after),
+                100 * hone_bench::median(x_after));
+    std::printf("%-8s %10.2f %9.1f%%\n", "overlap", 1e3 * hone_bench::median(t_over),
+                100 * hone_bench::median(x_over));
   }
   return 0;
 }

@@ -33,10 +33,11 @@
 #include <utility>
 #include <vector>
 
+#include "support/mpi_rows.hpp"
+
 namespace {
 
 namespace hd = hone::dist;
-using clock_type = std::chrono::steady_clock;
 
 struct args {
   std::size_t params = std::size_t{16} << 20;
@@ -113,12 +114,6 @@ struct flat_model {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 template <class Trainer>
 double bytes_per_param(Trainer& t, std::size_t staging, std::size_t params) {
   const double b = static_cast<double>(t.master_weights().size() * sizeof(float) +
@@ -150,12 +145,8 @@ int main(int argc, char** argv) {
                         batch{1.0f + 0.5f * static_cast<float>(rank)});
 
   const auto sample = [&](auto& t) {
-    comm.barrier().wait();
-    const auto t0 = clock_type::now();
-    for (int s = 0; s < a.steps; ++s) (void)t.step(std::span<const batch>(mb));
-    double sec = std::chrono::duration<double>(clock_type::now() - t0).count() / a.steps;
-    MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return sec;
+    return hone_bench::slowest_seconds_per_call(comm, a.steps,
+                                                [&] { (void)t.step(std::span<const batch>(mb)); });
   };
   (void)sample(ddp);  // warm-up: first touch, connections, plans
   (void)sample(z1);
@@ -167,27 +158,15 @@ int main(int argc, char** argv) {
                    bytes_per_param(z2, z2.gradient_reduction().staging_bytes(), a.params)};
   MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
-  std::vector<double> t_ddp, t_z1, t_z2, r_z1, r_z2;
+  const auto rows = hone_bench::interleaved<3>(
+      a.repetitions,
+      {[&] { return sample(ddp); }, [&] { return sample(z1); }, [&] { return sample(z2); }});
+  const auto& [t_ddp, t_z1, t_z2] = rows;
+  std::vector<double> r_z1, r_z2;
   for (int r = 0; r < a.repetitions; ++r) {
-    double td = 0, t1 = 0, t2 = 0;
-    for (int k = 0; k < 3; ++k) {
-      switch ((k + r) % 3) {
-        case 0:
-          td = sample(ddp);
-          break;
-        case 1:
-          t1 = sample(z1);
-          break;
-        default:
-          t2 = sample(z2);
-          break;
-      }
-    }
-    t_ddp.push_back(td);
-    t_z1.push_back(t1);
-    t_z2.push_back(t2);
-    r_z1.push_back(td / t1);
-    r_z2.push_back(td / t2);
+    const auto i = static_cast<std::size_t>(r);
+    r_z1.push_back(t_ddp[i] / t_z1[i]);
+    r_z2.push_back(t_ddp[i] / t_z2[i]);
   }
   if (rank == 0) {
     std::printf(
@@ -199,11 +178,11 @@ int main(int argc, char** argv) {
     std::printf("%-14s %10s %10s %16s %10s %16s\n", "row", "B/param", "formula", "formula+staging",
                 "step ms", "ddp/row (median)");
     std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16s\n", "data_parallel", mem[0], 16.0, 16.0,
-                1e3 * median(t_ddp), "1.00");
+                1e3 * hone_bench::median(t_ddp), "1.00");
     std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<1>", mem[1], 8.0 + 8.0 / d,
-                8.0 + 8.0 / d + staging, 1e3 * median(t_z1), median(r_z1));
+                8.0 + 8.0 / d + staging, 1e3 * hone_bench::median(t_z1), hone_bench::median(r_z1));
     std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], 4.0 + 12.0 / d,
-                4.0 + 12.0 / d + staging, 1e3 * median(t_z2), median(r_z2));
+                4.0 + 12.0 / d + staging, 1e3 * hone_bench::median(t_z2), hone_bench::median(r_z2));
   }
   return 0;
 }
