@@ -39,6 +39,7 @@
 #include "dp_scenario.hpp"
 #include "flaky_comm.hpp"
 #include "thread_comm.hpp"
+#include "zero_resume.hpp"
 #include "zero_scenario.hpp"
 
 namespace hd = hone::dist;
@@ -255,8 +256,9 @@ BOOST_AUTO_TEST_CASE(memory_per_rank_is_the_zero_formula) {
     g.run([&](int r) {
       thread_comm c(g, r);
       const auto bytes = [&](auto& t) {
-        if (!t.zero_copy()) return -1.0;  // checked after the threads (Boost.Test is not
-                                          // thread-safe): the formula assumes zero-copy weights
+        if (!t.zero_copy())
+          return -1.0;  // checked after the threads (Boost.Test is not
+                        // thread-safe): the formula assumes zero-copy weights
         return static_cast<double>(t.master_weights().size() * 4 + t.master_gradients().size() * 4 +
                                    t.optimizer_state().bytes());
       };
@@ -363,16 +365,6 @@ namespace {
 namespace ck = hone::checkpoint;
 namespace fs = std::filesystem;
 
-template <int Stage>
-std::vector<std::vector<float>> resume_on(int ranks, const fs::path& dir) {
-  thread_group g(ranks);
-  std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
-  g.run([&](int r) {
-    thread_comm c(g, r);
-    out[static_cast<std::size_t>(r)] = zero_segment<Stage>(c, dir, 4, 8);
-  });
-  return out;
-}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_checkpoint_of_two_ranks_resumes_on_one_two_and_three) {
@@ -392,48 +384,19 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_of_two_ranks_resumes_on_one_two_and_three) {
   const fs::path dir =
       ck::write_snapshot(root, 4, snaps[0], {.compression = std::nullopt, .sync = false});
   // One process that never stopped: the 6 micro-batches of every step, steps 0..7.
-  const scenario sc{};
   const std::vector<float> want = six_batch_reference(8);
   // The file holds whole tensors with the model's shapes (what any hone trainer or hone-ckpt
   // reads).
   const ck::tensor_file of = ck::tensor_file::open(dir / ck::files::optimizer);
   BOOST_TEST((of.find("exp_avg.layer1.weight")->shape == ck::shape_type{8, 6}));
   BOOST_TEST((of.find("exp_avg_sq.layer2.bias")->shape == ck::shape_type{1}));
-  for (int ranks : {1, 2, 3}) {
-    BOOST_TEST_CONTEXT("resumed on " << ranks << " ranks") {
-      const auto w1 = resume_on<1>(ranks, dir);
-      const auto w2 = resume_on<2>(ranks, dir);
-      for (int r = 0; r < ranks; ++r) {
-        BOOST_TEST(same_bits(w1[static_cast<std::size_t>(r)], w1[0]));
-        BOOST_TEST(same_bits(w2[static_cast<std::size_t>(r)], w2[0]));
-      }
-      BOOST_TEST(max_abs_diff(w1[0], want) <= 1e-6, max_abs_diff(w1[0], want));
-      BOOST_TEST(max_abs_diff(w2[0], want) <= 1e-6, max_abs_diff(w2[0], want));
-    }
-  }
+  check_resumes_on_one_two_and_three(dir, want);
   // A trainer without ZeRO restores it too.
-  mlp<hone::half> m;
-  auto plain = scenario_trainer(m);
-  (void)ck::restore(plain, dir);
-  for (int s = 4; s < 8; ++s) {
-    std::vector<mlp_batch> mb;
-    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
-    (void)plain.step(std::span<const mlp_batch>(mb));
-  }
-  const auto pw = plain.master_weights();
-  BOOST_TEST(max_abs_diff(std::vector<float>(pw.begin(), pw.end()), want) <= 1e-6);
+  BOOST_TEST(max_abs_diff(plain_resume(dir), want) <= 1e-6);
   // Without the optimizer state the continuation would differ: the comparison can fail.
-  mlp<hone::half> fresh_model;
-  auto fresh = scenario_trainer(fresh_model);
-  (void)ck::restore(fresh, dir);
-  fresh.optimizer_state().exp_avg().all()[0] += 1.0f;
-  for (int s = 4; s < 8; ++s) {
-    std::vector<mlp_batch> mb;
-    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
-    (void)fresh.step(std::span<const mlp_batch>(mb));
-  }
-  const auto fw = fresh.master_weights();
-  BOOST_TEST(max_abs_diff(std::vector<float>(fw.begin(), fw.end()), want) > 1e-5);
+  const auto perturbed =
+      plain_resume(dir, [](auto& t) { t.optimizer_state().exp_avg().all()[0] += 1.0f; });
+  BOOST_TEST(max_abs_diff(perturbed, want) > 1e-5);
   fs::remove_all(root);
 }
 

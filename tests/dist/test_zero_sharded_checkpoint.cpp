@@ -37,6 +37,7 @@
 
 #include "flaky_comm.hpp"
 #include "thread_comm.hpp"
+#include "zero_resume.hpp"
 #include "zero_scenario.hpp"
 
 namespace ck = hone::checkpoint;
@@ -70,31 +71,6 @@ void save_two_ranks(const fs::path& root, ck::snapshot* consolidated = nullptr) 
         c, {}, 0, 4, root, consolidated != nullptr ? &snaps[static_cast<std::size_t>(r)] : nullptr);
   });
   if (consolidated != nullptr) *consolidated = std::move(snaps[0]);
-}
-
-template <int Stage>
-std::vector<std::vector<float>> resume_on(int ranks, const fs::path& dir) {
-  thread_group g(ranks);
-  std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
-  g.run([&](int r) {
-    thread_comm c(g, r);
-    out[static_cast<std::size_t>(r)] = zero_segment<Stage>(c, dir, 4, 8);
-  });
-  return out;
-}
-
-std::vector<float> plain_resume(const fs::path& dir) {
-  const scenario sc{};
-  mlp<hone::half> m;
-  auto t = scenario_trainer(m);
-  (void)ck::restore(t, dir);
-  for (int s = 4; s < 8; ++s) {
-    std::vector<mlp_batch> mb;
-    for (int k = 0; k < 6; ++k) mb.push_back(scenario_batch(sc, s, k));
-    (void)t.step(std::span<const mlp_batch>(mb));
-  }
-  const auto w = t.master_weights();
-  return {w.begin(), w.end()};
 }
 
 /// Whether every tensor of `want` is in `got` with the same name, dtype, shape and bytes.
@@ -211,18 +187,7 @@ BOOST_AUTO_TEST_CASE(a_sharded_checkpoint_of_two_ranks_resumes_on_one_two_and_th
   BOOST_TEST((narrow.opened() == std::vector<std::string>{part0}));
 
   const std::vector<float> want = six_batch_reference(8);
-  for (int ranks : {1, 2, 3}) {
-    BOOST_TEST_CONTEXT("resumed on " << ranks << " ranks") {
-      const auto w1 = resume_on<1>(ranks, dir);
-      const auto w2 = resume_on<2>(ranks, dir);
-      for (int r = 0; r < ranks; ++r) {
-        BOOST_TEST(same_bits(w1[static_cast<std::size_t>(r)], w1[0]));
-        BOOST_TEST(same_bits(w2[static_cast<std::size_t>(r)], w2[0]));
-      }
-      BOOST_TEST(max_abs_diff(w1[0], want) <= 1e-6, max_abs_diff(w1[0], want));
-      BOOST_TEST(max_abs_diff(w2[0], want) <= 1e-6, max_abs_diff(w2[0], want));
-    }
-  }
+  check_resumes_on_one_two_and_three(dir, want);
   const auto wp = plain_resume(dir);  // a trainer without ZeRO reads every part
   BOOST_TEST(max_abs_diff(wp, want) <= 1e-6, max_abs_diff(wp, want));
   // The same as resuming the consolidated checkpoint, bit for bit.

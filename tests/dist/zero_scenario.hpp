@@ -58,12 +58,11 @@ inline std::vector<step_record> train_zero_reference(int ranks, const scenario& 
 // ---- checkpoints across world sizes: a global batch of 6 micro-batches per step ----
 
 /// Trains steps [from, to) of the 6-micro-batch global batch on comm.size() ranks (6 / size()
-/// micro-batches each) with hone::zero<Stage>, after restoring `dir` when it is not empty.
-/// Returns the master weights; with `save_to`, captures a checkpoint at the end (every rank)
-/// into *save_to.
-template <int Stage, class Comm>
-std::vector<float> zero_segment(Comm& c, const std::filesystem::path& dir, int from, int to,
-                                hone::checkpoint::snapshot* save_to = nullptr) {
+/// micro-batches each) with hone::zero<Stage>, after restoring `dir` when it is not empty, then
+/// calls at_end(trainer). Returns the master weights.
+template <int Stage, class Comm, class AtEnd>
+std::vector<float> zero_segment_then(Comm& c, const std::filesystem::path& dir, int from, int to,
+                                     AtEnd&& at_end) {
   const scenario sc{};
   mlp<hone::half> m;
   auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
@@ -72,9 +71,19 @@ std::vector<float> zero_segment(Comm& c, const std::filesystem::path& dir, int f
     const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
     (void)t.step(std::span<const mlp_batch>(mb));
   }
-  if (save_to != nullptr) hone::checkpoint::capture(t, *save_to);
+  at_end(t);
   const auto w = t.master_weights();
   return {w.begin(), w.end()};
+}
+
+/// zero_segment_then; with `save_to`, captures a (consolidated) checkpoint at the end, every rank
+/// taking part, into *save_to.
+template <int Stage, class Comm>
+std::vector<float> zero_segment(Comm& c, const std::filesystem::path& dir, int from, int to,
+                                hone::checkpoint::snapshot* save_to = nullptr) {
+  return zero_segment_then<Stage>(c, dir, from, to, [&](auto& t) {
+    if (save_to != nullptr) hone::checkpoint::capture(t, *save_to);
+  });
 }
 
 /// One process that never stopped: the 6 micro-batches of every step, steps [0, steps).
@@ -98,17 +107,9 @@ template <int Stage, class Comm>
 std::vector<float> zero_segment_sharded(Comm& c, const std::filesystem::path& dir, int from, int to,
                                         const std::filesystem::path& save_root,
                                         hone::checkpoint::snapshot* consolidated = nullptr) {
-  const scenario sc{};
-  mlp<hone::half> m;
-  auto t = scenario_trainer(m, hone::zero<Stage>(c, small_windows));
-  if (!dir.empty()) (void)hone::checkpoint::restore(t, dir);
-  for (int s = from; s < to; ++s) {
-    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 6 / c.size());
-    (void)t.step(std::span<const mlp_batch>(mb));
-  }
-  if (consolidated != nullptr) hone::checkpoint::capture(t, *consolidated);
-  (void)hone::checkpoint::save_sharded(t, c, save_root, static_cast<std::uint64_t>(to),
-                                       {.sync = false});
-  const auto w = t.master_weights();
-  return {w.begin(), w.end()};
+  return zero_segment_then<Stage>(c, dir, from, to, [&](auto& t) {
+    if (consolidated != nullptr) hone::checkpoint::capture(t, *consolidated);
+    (void)hone::checkpoint::save_sharded(t, c, save_root, static_cast<std::uint64_t>(to),
+                                         {.sync = false});
+  });
 }
