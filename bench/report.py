@@ -73,7 +73,8 @@ _MEAN_COUNTERS = frozenset(("solved",))
 # of dqn_cartpole_time_to_solve.
 NOTE_KEYS = ("state_ratio", "paired_ratio", "compress_ratio", "compress_ratio_unshuffled",
              "frame_store_zstd_ratio",
-             "frame_store_bytes_per_transition", "env_steps_to_solve", "solved")
+             "frame_store_bytes_per_transition", "env_steps_to_solve", "solved",
+             "index_bytes_per_record", "peak_rss_mb", "pss_mb", "rss_anon_mb", "batches_mb")
 
 
 def split_name(run_name: str) -> tuple[str, str]:
