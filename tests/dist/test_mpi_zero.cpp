@@ -2,7 +2,8 @@
 // odd count catches off-by-one sharding): the MLP of tests/dist/dp_scenario.hpp trained with fp16
 // dynamic loss scaling, AdamW with weight decay and global-norm clipping, one and two
 // micro-batches per rank, its 81-float arena in 4-float windows.
-//  (a) every rank holds bit-identical master weights, scaler state and norm after every step;
+//  (a) every rank holds bit-identical master weights, scaler state, counters and norm after
+//      every step;
 //  (b) the run matches one process accumulating every rank's micro-batches within 1e-6 (the
 //      norm's sum is grouped by shard, and MPI may pair the ranks' sums in its own order), with
 //      the same skipped steps and loss scales;
@@ -19,42 +20,15 @@
 #include <vector>
 
 #include "dp_scenario.hpp"
+#include "mpi_scenario.hpp"
 #include "zero_scenario.hpp"
 
 namespace hd = hone::dist;
 
 namespace {
-struct mpi_fixture {
-  hd::mpi_environment env;
-};
-
-// A failing check on one rank must not leave the others waiting for ever: 20 s, then an error.
-hd::mpi_comm make_comm() {
-  return hd::mpi_comm(MPI_COMM_WORLD, std::chrono::seconds(20));
-}
-
-/// Every rank holds rank 0's bits (weights, scale, skipped flag, norm) after every step.
-void check_identical_on_every_rank(hd::mpi_comm& c, const std::vector<step_record>& run) {
-  std::vector<double> mine;
-  for (const auto& r : run) {
-    mine.insert(mine.end(), r.master.begin(), r.master.end());
-    mine.push_back(r.scale);
-    mine.push_back(r.skipped ? 1.0 : 0.0);
-    mine.push_back(r.grad_norm);
-  }
-  const std::size_t n = mine.size();
-  std::vector<double> all(n * static_cast<std::size_t>(c.size()));
-  c.all_gather(std::span<const double>(mine), std::span<double>(all)).wait();
-  const std::size_t per_step = n / run.size();
-  for (int q = 1; q < c.size(); ++q) {
-    const double* other = all.data() + n * static_cast<std::size_t>(q);
-    for (std::size_t s = 0; s < run.size(); ++s) {
-      const bool same = std::memcmp(other + s * per_step, all.data() + s * per_step,
-                                    per_step * sizeof(double)) == 0;
-      BOOST_TEST(same, "rank " << q << " differs from rank 0 after step " << s);
-    }
-  }
-}
+using mpi_scenario::check_identical_on_every_rank;
+using mpi_scenario::make_comm;
+using mpi_scenario::mpi_fixture;
 
 template <int Stage>
 void check_stage(int micro) {
