@@ -223,12 +223,7 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
       const auto sh = p.reduction.shard(p.size());
       if (p.state.layout().size() > 0) {
         const float* g = p.master_grad_data() + (Types::zero_stage == 1 ? sh.offset : 0);
-        if (!shard_groups_known_ || !same_groups(seen_groups_, p.groups)) {
-          shard_groups_ = p.reduction.shard_groups(p.layout, p.groups);
-          seen_groups_ = p.groups;
-          shard_groups_known_ = true;
-        }
-        p.state.step(p.optimizer, args, p.master + sh.offset, g, shard_groups_);
+        p.state.step(p.optimizer, args, p.master + sh.offset, g, p.state_groups);
       }
       p.reduction.gather(std::span<float>(p.master, p.size()));
       if (!p.zero_copy) hone::for_each(p.weights_out, cast_to_working<working_type>{});
@@ -276,18 +271,13 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     }
   }
 
-  /// The optimizer's pass on the model's gradients (per-slot pointers, as bound in p.grads); with
+  /// The optimizer's pass on the model's gradients (per-slot pointers, p.model_grads); with
   /// working weights that are not the master weights, a working-weights column goes first in the
   /// lists and is written from the updated master weights in the same pass (each row's slot
   /// found from its master pointer's offset).
   template <class Parts>
   void direct_step(Parts& p, const optimizer_step_args& a) {
-    if (grad_ptrs_.empty()) {  // the model's tensors, bound once (p.grads, one row per slot)
-      for (std::size_t s = 0; s < p.layout.size(); ++s) {
-        grad_ptrs_.push_back(p.grads.template pointer<1>(s));
-      }
-    }
-    const slot_gradients<working_type> grads{grad_ptrs_.data()};
+    const slot_gradients<working_type> grads{p.model_grads.data()};
     if (p.zero_copy) {
       p.state.for_each_group(
           p.optimizer, a, p.master, grads, p.groups,
@@ -345,7 +335,8 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   }
 
   /// hone::zero<2>: dst[k] = factor * (the model's gradient of arena element start + k), zeros
-  /// in the padding between tensors.
+  /// in the padding between tensors; the tensors' pieces through unscale_accumulate_into (the
+  /// same element operation as the local route's unscale).
   static void unscale_range(const arena_layout& layout, const std::vector<const working_type*>& g,
                             std::size_t start, std::span<float> dst, float factor) {
     std::fill(dst.begin(), dst.end(), 0.0f);
@@ -355,29 +346,18 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
         slots.begin(), slots.end(), start,
         [](std::size_t off, const arena_layout::slot& sl) { return off < sl.offset; });
     if (it != slots.begin()) --it;
+    tensor_lists<float, const working_type> pieces;
     for (; it != slots.end() && it->offset < end; ++it) {
       const std::size_t a = std::max(start, it->offset);
       const std::size_t b = std::min(end, it->offset + it->count);
-      const working_type* src = g[static_cast<std::size_t>(it - slots.begin())] - it->offset;
-      for (std::size_t k = a; k < b; ++k) dst[k - start] = static_cast<float>(src[k]) * factor;
+      if (a >= b) continue;
+      pieces.add(b - a, dst.data() + (a - start),
+                 g[static_cast<std::size_t>(it - slots.begin())] + (a - it->offset));
     }
-  }
-  static bool same_groups(const std::vector<param_group>& a, const std::vector<param_group>& b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      if (a[i].slots != b[i].slots || a[i].lr_scale != b[i].lr_scale ||
-          a[i].weight_decay != b[i].weight_decay) {
-        return false;
-      }
-    }
-    return true;
+    if (!pieces.empty()) (void)unscale_accumulate_into(pieces, factor, false);
   }
 
   double sum_sq_ = 0.0;
-  std::vector<param_group> seen_groups_;   // hone::zero: the groups shard_groups_ was made from
-  std::vector<param_group> shard_groups_;  // hone::zero: the same groups over the shard
-  bool shard_groups_known_ = false;
-  std::vector<const working_type*> grad_ptrs_;  // the direct route's per-slot gradient pointers
   float factor_ = 1.0f;  // the direct route's unscale factor (weight / loss scale)
   bool direct_ = false;
   bool allow_direct_ = true;

@@ -123,7 +123,11 @@ class trainer : public detail::trainer_types<Model, Policies...> {
 
   /// Sets parameter groups (each with its own lr scale and weight decay), e.g.
   /// `t.set_param_groups(hone::make_param_groups(t.layout(), {{hone::is_no_decay_name, 1, 0}}))`.
-  void set_param_groups(std::vector<param_group> groups) { p_.groups = std::move(groups); }
+  void set_param_groups(std::vector<param_group> groups) {
+    // hone::zero: the optimizer state covers this rank's shard; so do the groups it steps.
+    if constexpr (types::sharded) p_.state_groups = p_.reduction.shard_groups(p_.layout, groups);
+    p_.groups = std::move(groups);
+  }
 
   /// One optimizer step over the micro-batches of one accumulated batch.
   template <class Batch>

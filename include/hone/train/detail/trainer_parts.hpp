@@ -305,7 +305,8 @@ struct trainer_parts {
   tensor_lists<working_type, const working_type> work_in;   // offload: work <- model's weights
   tensor_lists<working_type, const working_type> work_out;  // offload: model's weights <- work
   std::vector<param_group> groups;
-  std::uint64_t step = 0;  // applied updates
+  std::vector<param_group> state_groups;  // hone::zero: `groups` over this rank's shard
+  std::uint64_t step = 0;                 // applied updates
 
   [[nodiscard]] float* master_grad_data() const noexcept { return master_grad.all().data(); }
   [[nodiscard]] std::size_t size() const noexcept { return layout.total(); }
