@@ -251,8 +251,7 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
 
   /// What the direct route needs of the policies (the norm type of clip_grad_norm is checked per
   /// step): an element-wise optimizer, L2 clipping or none, local gradients, no offload role.
-  static constexpr bool elementwise_optimizer =
-      std::is_same_v<optimizer_type, adamw> || std::is_same_v<optimizer_type, sgd>;
+  static constexpr bool elementwise_optimizer = Types::elementwise_optimizer;
   static constexpr bool norm_or_no_clipping =
       std::is_same_v<clipping_type, no_clipping> || std::is_same_v<clipping_type, clip_grad_norm>;
   static constexpr bool direct_capable =

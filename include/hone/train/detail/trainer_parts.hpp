@@ -150,20 +150,23 @@ struct trainer_types {
                 "hone::trainer: the clipping policy must be hone::no_clipping, "
                 "hone::clip_grad_norm or hone::clip_grad_value.");
 
+  /// Whether the optimizer updates each element from that element alone (hone::adamw, hone::sgd),
+  /// so that its step may be cut anywhere: into the offload engine's buckets, or ZeRO's shards.
+  static constexpr bool elementwise_optimizer =
+      std::is_same_v<optimizer_type, adamw> || std::is_same_v<optimizer_type, sgd>;
   /// Whether the optimizer step runs through hone::offload::engine (role offload).
   static constexpr bool offloaded = !std::is_same_v<offload_type, no_offload>;
   static_assert(!offloaded || std::is_same_v<offload_type, offload::optimizer_to_host>,
                 "hone::trainer: the offload policy must be hone::offload::optimizer_to_host "
                 "(or leave the offload role out to run the optimizer where the model lives).");
-  static_assert(!offloaded || std::is_same_v<optimizer_type, adamw> ||
-                    std::is_same_v<optimizer_type, sgd>,
+  static_assert(!offloaded || elementwise_optimizer,
                 "hone::trainer: the offload role (hone::offload::optimizer_to_host) needs an "
                 "element-wise optimizer: use hone::adamw or hone::sgd. Block-quantized states "
                 "such as hone::adamw_8bit cannot be cut into buckets.");
   /// The offload configuration is valid (the engine type may be named).
-  static constexpr bool offload_ok =
-      offloaded && std::is_same_v<offload_type, offload::optimizer_to_host> &&
-      (std::is_same_v<optimizer_type, adamw> || std::is_same_v<optimizer_type, sgd>);
+  static constexpr bool offload_ok = offloaded &&
+                                     std::is_same_v<offload_type, offload::optimizer_to_host> &&
+                                     elementwise_optimizer;
 
   /// Whether a gradient reduction policy combines the gradients of several processes.
   static constexpr bool reduces = !std::is_same_v<reduction_type, local_gradients>;
@@ -181,8 +184,7 @@ struct trainer_types {
                 "hone::trainer: hone::zero shards the optimizer state over the ranks, and the "
                 "offload role (hone::offload::optimizer_to_host) moves it to host memory; the two "
                 "do not combine yet. Use one of them.");
-  static_assert(!sharded || std::is_same_v<optimizer_type, adamw> ||
-                    std::is_same_v<optimizer_type, sgd>,
+  static_assert(!sharded || elementwise_optimizer,
                 "hone::trainer: hone::zero needs an element-wise optimizer (hone::adamw or "
                 "hone::sgd): a shard cuts tensors, and block-quantized states such as "
                 "hone::adamw_8bit would not compute what one process computes.");
