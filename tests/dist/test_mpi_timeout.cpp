@@ -2,10 +2,10 @@
 // arrive 1.5 s late); every other rank's wait() must throw hone::dist_error within the timeout
 // (0.3 s, and well before the late ranks arrive) naming the operation, its number, the timeout,
 // its own rank, the ranks that have not started the collective (with the last collective they
-// started) and the ranks that have. Cases: the last rank late; rank 1 late (the middle rank with
-// 3 ranks); with 3 ranks, ranks 1 and 2 late; and a communicator without the progress window,
-// whose message says it cannot tell. The request then stays pending: once the late ranks join,
-// waiting again completes it with the right sum.
+// started) and the ranks that have, and never call a late (sleeping, alive) rank dead. Cases: the
+// last rank late; rank 1 late (the middle rank with 3 ranks); with 3 ranks, ranks 1 and 2 late; and
+// a communicator without the progress window, whose message says it cannot tell. The request then
+// stays pending: once the late ranks join, waiting again completes it with the right sum.
 #define BOOST_TEST_MODULE hone_dist_mpi_timeout
 #include <boost/test/unit_test.hpp>
 
@@ -66,6 +66,8 @@ std::string late_all_reduce(hd::mpi_comm& c, const std::vector<int>& late) {
         "on rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + ": ";
     BOOST_TEST(message.find(who) != std::string::npos, message);
     BOOST_TEST(message.find("The request is still pending") != std::string::npos, message);
+    // The late ranks sleep but live: their heartbeat moves, so none is called dead.
+    BOOST_TEST(message.find("no sign of life") == std::string::npos, message);
     BOOST_TEST(!r.test());
     c.set_timeout(seconds(20));
     r.wait();  // the late ranks arrive
