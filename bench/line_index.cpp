@@ -13,9 +13,12 @@
 // the page cache and builds its index in memory:
 //   hone       line_dataset(path, format, {.policy = rebuild, .save_index = false, .threads = 1}):
 //              the mapping, the stamp (fstat, XXH3-128 of the first and last 64 KiB), the data
-//              extents and the chunked scan (4 MiB chunks; memchr for text and JSON Lines, a
-//              quote-aware byte loop for CSV), then the offsets gathered into one array
+//              extents and the chunked scan (4 MiB chunks; memchr for text and JSON Lines, the
+//              vectorized quote-aware scan for CSV: the best kernel of detail/csv_scan.hpp this
+//              CPU runs, AVX-512, AVX2 or SSE2), then the offsets gathered into one array
 //   hone_t2    the same with threads = 2
+//   hone_scalar (CSV only) the same as hone with the CSV scan forced to its scalar byte loop
+//              (hone::scoped_isa(isa::scalar)): the loop the vector kernels replaced
 //   limit      the file mapped the same way (io::mapped_file) and its '\n' bytes counted with a
 //              memchr loop on one thread: what any newline index has to do at least, without
 //              storing an offset
@@ -32,8 +35,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <hone/core/isa.hpp>
 #include <hone/data/line_dataset.hpp>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -153,8 +158,11 @@ void report(benchmark::State& state, const setup& s, std::size_t threads) {
                          benchmark::Counter::kIsRate);
 }
 
-void run_hone(benchmark::State& state, const format_spec& f, std::size_t threads) {
+void run_hone(benchmark::State& state, const format_spec& f, std::size_t threads,
+              bool scalar = false) {
   setup& s = setup_of(f);
+  std::optional<hone::scoped_isa> forced;
+  if (scalar) forced.emplace(hone::isa::scalar);
   std::size_t n = 0;
   for (auto _ : state) {
     const data::line_dataset ds(
@@ -216,6 +224,10 @@ bool register_benchmarks() {
   for (const format_spec& f : formats) {
     hone_bench::add(f.workload, "hone", [&f](benchmark::State& s) { run_hone(s, f, 1); });
     hone_bench::add(f.workload, "hone_t2", [&f](benchmark::State& s) { run_hone(s, f, 2); });
+    if (f.format == data::line_format::csv) {
+      hone_bench::add(f.workload, "hone_scalar",
+                      [&f](benchmark::State& s) { run_hone(s, f, 1, true); });
+    }
     hone_bench::add(f.workload, "limit", [&f](benchmark::State& s) { run_limit(s, f, 1, true); });
     hone_bench::add(f.workload, "limit_t2",
                     [&f](benchmark::State& s) { run_limit(s, f, 2, true); });

@@ -2,13 +2,16 @@
 // without a newline, empty lines, BOM, invalid UTF-8, CRLF, empty file), the parallel index
 // against the sequential reference on random and adversarial inputs (many chunk sizes, quotes
 // straddling chunk boundaries, several thread counts), the saved index (reused, rebuilt when
-// stale, refused under require_valid), CSV field splitting, and a sparse file past 4 GiB.
+// stale, refused under require_valid), CSV field splitting, a sparse file past 4 GiB, and each
+// kernel of the vectorized CSV scan (scalar, SSE2, AVX2, AVX-512: those this CPU runs) against
+// the scalar loop at every alignment.
 #define BOOST_TEST_MODULE hone_data_lines
 #include <boost/test/unit_test.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -18,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <hone/core/isa.hpp>
+#include <hone/data/detail/csv_scan.hpp>
 #include <hone/data/line_dataset.hpp>
 #include <hone/io/file_io.hpp>
 
@@ -58,7 +63,8 @@ std::vector<std::uint64_t> par(line_format f, std::string_view s, std::size_t ch
 
 // The options take designated initializers of any subset under -Wextra -Werror (a member without
 // a default initializer made {.save_index = false} a -Wmissing-field-initializers error).
-[[maybe_unused]] static const hone::data::line_dataset_options designated_subset{.save_index = false};
+[[maybe_unused]] static const hone::data::line_dataset_options designated_subset{.save_index =
+                                                                                     false};
 
 BOOST_AUTO_TEST_CASE(text_record_rules) {
   hone_test::temp_dir d("data-lines");
@@ -335,4 +341,203 @@ BOOST_AUTO_TEST_CASE(sparse_file_past_4_gib) {
   BOOST_TEST(again.get(3) == "gamma");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("sparse 4 GiB file indexed twice in " << secs << " s");
+}
+
+// ---- the vectorized CSV scan (hone/data/detail/csv_scan.hpp): every kernel this CPU runs against
+//      the scalar loop, at every alignment of the start pointer, on random CSV with quoted
+//      newlines, doubled quotes, empty lines, CRLF and stray quotes, and on ranges that begin or
+//      end inside a quoted field; the whole index under each forced target against the sequential
+//      reference ----
+
+namespace {
+
+constexpr hone::isa every_isa[] = {hone::isa::scalar, hone::isa::sse2, hone::isa::avx2,
+                                   hone::isa::avx512, hone::isa::neon};
+
+/// The CSV kernels this CPU and build run.
+std::vector<hone::isa> csv_kernels() {
+  std::vector<hone::isa> out;
+  for (hone::isa t : every_isa) {
+    if (data::detail::csv_scan_supported(t)) out.push_back(t);
+  }
+  return out;
+}
+
+/// About `n` bytes of CSV (cut to exactly n, so a quote may be left open): plain and quoted
+/// fields, quoted fields holding '\n', "\r\n", "" and ',', records ending in '\n' or "\r\n",
+/// empty lines (also "\r\n" ones), a stray '"' now and then. `dense` draws single bytes from
+/// "\"\n\r,a" instead.
+std::string random_csv(std::mt19937_64& rng, std::size_t n, bool dense) {
+  std::string s;
+  if (dense) {
+    const std::string_view alpha = "\"\n\r,a";
+    for (std::size_t i = 0; i < n; ++i) s += alpha[rng() % alpha.size()];
+    return s;
+  }
+  while (s.size() < n) {
+    switch (rng() % 8) {
+      case 0:
+      case 1:
+        s.append(1 + rng() % 12, static_cast<char>('a' + rng() % 26));
+        break;
+      case 2:
+        s += ',';
+        break;
+      case 3: {  // a quoted field, sometimes longer than a 64-byte block
+        s += '"';
+        const std::size_t parts = 1 + rng() % ((rng() % 4 == 0) ? 40 : 6);
+        for (std::size_t k = 0; k < parts; ++k) {
+          const char* inner[] = {"x", "text", ",", "\n", "\r\n", "\"\"", "\n\n", "  "};
+          s += inner[rng() % std::size(inner)];
+        }
+        s += '"';
+        break;
+      }
+      case 4:
+      case 5:
+        s += (rng() % 3 == 0) ? "\r\n" : "\n";
+        break;
+      case 6:
+        s += (rng() % 2 == 0) ? "\n\n" : "\r\n\r\n";
+        break;
+      default:
+        if (rng() % 4 == 0) s += '"';  // a stray quote: the rest flips
+        break;
+    }
+  }
+  s.resize(n);
+  return s;
+}
+
+struct csv_result {
+  std::vector<std::uint64_t> starts[2];
+  bool odd = false;
+  bool operator==(const csv_result& o) const {
+    return starts[0] == o.starts[0] && starts[1] == o.starts[1] && odd == o.odd;
+  }
+};
+
+csv_result csv_scan_with(hone::isa t, std::string_view s, std::uint64_t b, std::uint64_t e) {
+  csv_result r;
+  r.odd = data::detail::csv_scan(t, s, b, e, r.starts);
+  return r;
+}
+
+/// `s` copied to `offset` bytes past a 64-byte boundary (the view stays valid while `store` does).
+std::string_view placed(std::vector<char>& store, std::string_view s, std::size_t offset) {
+  store.assign(s.size() + 128, '#');
+  const auto addr = reinterpret_cast<std::uintptr_t>(store.data());
+  char* p = store.data() + ((64 - addr % 64) % 64) + offset;
+  std::copy(s.begin(), s.end(), p);
+  return {p, s.size()};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(csv_scan_kernels_match_the_scalar_loop) {
+  const auto kernels = csv_kernels();
+  std::string names;
+  for (hone::isa t : kernels) names += std::string(hone::to_string(t)) + " ";
+  BOOST_TEST_MESSAGE("CSV scan kernels on this CPU: " << names);
+#if defined(HONE_DETAIL_CSV_SSE2)
+  BOOST_TEST(kernels.size() >= 2U);  // x86-64: at least scalar and sse2
+#endif
+  BOOST_CHECK_THROW((void)csv_scan_with(hone::isa::neon, "a\nb", 0, 3), hone::config_error);
+
+  std::mt19937_64 rng(2718);
+  std::vector<char> store;
+  long compared = 0;
+  auto check = [&](std::string_view s, std::uint64_t b, std::uint64_t e, const char* what) {
+    const csv_result ref = csv_scan_with(hone::isa::scalar, s, b, e);
+    for (hone::isa t : kernels) {
+      if (t == hone::isa::scalar) continue;
+      const csv_result got = csv_scan_with(t, s, b, e);
+      if (!(got == ref)) {
+        BOOST_ERROR("kernel " << hone::to_string(t) << " differs from the scalar loop on " << what
+                              << " of " << s.size() << " bytes at "
+                              << static_cast<const void*>(s.data()) << ", range [" << b << ", " << e
+                              << ")");
+      }
+      ++compared;
+    }
+  };
+  // Lengths 0..300, each at every alignment 0..63 of its first byte: the whole input and three
+  // random ranges (which begin and end anywhere, inside quoted fields too).
+  for (std::size_t n = 0; n <= 300; ++n) {
+    const std::string s = random_csv(rng, n, n % 5 == 4);
+    for (std::size_t offset = 0; offset < 64; ++offset) {
+      const std::string_view v = placed(store, s, offset);
+      check(v, 0, n, "a random input");
+      for (int k = 0; k < 3 && n > 0; ++k) {
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a random range");
+      }
+    }
+  }
+  // Several KB: quoted fields spanning many blocks; every alignment, ranges cut at every quote.
+  for (std::size_t n :
+       {std::size_t{2048}, std::size_t{4099}, std::size_t{7777}, std::size_t{9000}}) {
+    for (bool dense : {false, true}) {
+      const std::string s = random_csv(rng, n, dense);
+      for (std::size_t offset = 0; offset < 64; ++offset) {
+        const std::string_view v = placed(store, s, offset);
+        check(v, 0, n, "a long input");
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a long range");
+      }
+      for (std::size_t q = 0; q < n; ++q) {
+        if (s[q] == '"') {
+          check(s, q + 1, n, "a range starting inside a quote");
+          check(s, 0, q, "a range ending at a quote");
+        }
+      }
+    }
+  }
+  // Exactly sized heap copies: no kernel reads past the input (AddressSanitizer in CI).
+  for (std::size_t n = 1; n <= 200; n += 7) {
+    const std::string s = random_csv(rng, n, false);
+    const std::vector<char> exact(s.begin(), s.end());
+    check({exact.data(), exact.size()}, 0, n, "an exact-size copy");
+  }
+  // A quoted field of 10 blocks full of newlines: only the carried quote state hides them.
+  std::string longq = "id,\"";
+  for (int i = 0; i < 320; ++i) longq += "x\n";
+  longq += "\"\nnext,row\n";
+  const csv_result ref = csv_scan_with(hone::isa::scalar, longq, 0, longq.size());
+  BOOST_TEST(ref.starts[0] == std::vector<std::uint64_t>{longq.size() - 9});
+  BOOST_TEST(!ref.odd);
+  for (hone::isa t : kernels) {
+    BOOST_TEST((csv_scan_with(t, longq, 0, longq.size()) == ref), hone::to_string(t));
+  }
+  if (kernels.size() > 1) BOOST_TEST(compared > 100000);
+}
+
+BOOST_AUTO_TEST_CASE(csv_index_under_each_forced_target) {
+  std::mt19937_64 rng(31415);
+  for (hone::isa t : every_isa) {
+    if (!hone::isa_supported(t)) continue;
+    const hone::scoped_isa forced(t);
+    const hone::isa kernel = data::detail::csv_scan_kernel(t);
+    BOOST_TEST_MESSAGE("target " << hone::to_string(t) << ": CSV kernel "
+                                 << hone::to_string(kernel));
+    BOOST_TEST(data::detail::csv_scan_supported(kernel));
+    if (t == hone::isa::scalar) BOOST_TEST((kernel == hone::isa::scalar));
+    for (int round = 0; round < 60; ++round) {
+      std::string s = random_csv(rng, rng() % ((round % 6 == 0) ? 6000 : 300), round % 4 == 3);
+      if (round % 9 == 0) s = "\xEF\xBB\xBF" + s;
+      bool quoted = false;
+      for (char c : s) quoted = quoted != (c == '"');
+      const auto ref = data::detail::sequential_index(line_format::csv, s);
+      for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{63}, std::size_t{64},
+                                std::size_t{65}, std::size_t{200}, std::size_t{1} << 20}) {
+        if (quoted) {
+          // The "ends inside a quoted field" refusal, from every kernel.
+          BOOST_CHECK_THROW((void)par(line_format::csv, s, chunk, 2), io::format_error);
+          continue;
+        }
+        BOOST_TEST(par(line_format::csv, s, chunk, 1 + round % 2) == ref,
+                   "target " << hone::to_string(t) << " chunk " << chunk << " size " << s.size());
+      }
+    }
+  }
 }

@@ -23,6 +23,9 @@
 // keeps two candidate lists: the record starts it would have if it began outside quotes and those
 // if it began inside; the quote parity of the chunks before it (an in-order prefix) picks one. The
 // result is identical to a sequential scan and to a scan with any thread count or chunk size.
+// The CSV chunk scan is vectorized (per 64-byte block, bitmasks of '"' and '\n' and the quote
+// state by a prefix XOR; SSE2, AVX2 or AVX-512 chosen at run time, detail/csv_scan.hpp);
+// HONE_ISA or hone::force_isa (core/isa.hpp) caps it as it does hone's other host loops.
 #pragma once
 
 #include <oneapi/tbb/parallel_for.h>
@@ -45,6 +48,8 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/isa.hpp"
+#include "hone/data/detail/csv_scan.hpp"
 #include "hone/io/error.hpp"
 #include "hone/io/file_io.hpp"
 #include "hone/io/hash.hpp"
@@ -100,13 +105,6 @@ inline constexpr std::size_t head_tail_bytes = std::size_t{64} << 10;
   return (s.size() >= 3 && s.substr(0, 3) == "\xEF\xBB\xBF") ? 3 : 0;
 }
 
-/// Whether the line starting at `p` is empty (nothing but an optional '\r' before '\n' or the end).
-[[nodiscard]] inline bool empty_line_at(std::string_view s, std::uint64_t p) noexcept {
-  if (p >= s.size()) return true;
-  if (s[p] == '\n') return true;
-  return s[p] == '\r' && (p + 1 == s.size() || s[p + 1] == '\n');
-}
-
 /// Whether a record starts at `p` (a line start) in format `f`.
 [[nodiscard]] inline bool keeps(line_format f, std::string_view s, std::uint64_t p) noexcept {
   if (p >= s.size()) return false;
@@ -120,9 +118,10 @@ struct chunk_scan {
   bool odd = false;
 };
 
-/// Scans [b, e) of `s`: every '\n' at q there makes q + 1 a candidate record start.
+/// Scans [b, e) of `s`: every '\n' at q there makes q + 1 a candidate record start. CSV runs
+/// `csv_kernel` (detail/csv_scan.hpp).
 inline void scan_chunk(line_format f, std::string_view s, std::uint64_t b, std::uint64_t e,
-                       chunk_scan& out) {
+                       chunk_scan& out, isa csv_kernel = isa::scalar) {
   const char* base = s.data();
   if (f != line_format::csv) {
     const char* p = base + b;
@@ -136,17 +135,7 @@ inline void scan_chunk(line_format f, std::string_view s, std::uint64_t b, std::
     }
     return;
   }
-  unsigned parity = 0;
-  for (std::uint64_t q = b; q < e; ++q) {
-    const char c = base[q];
-    if (c == '"') {
-      parity ^= 1U;
-    } else if (c == '\n' && keeps(f, s, q + 1)) {
-      // Outside quotes at q when the chunk's start state XOR the local parity is 0.
-      out.starts[parity].push_back(q + 1);
-    }
-  }
-  out.odd = parity != 0;
+  out.odd = csv_scan(csv_kernel, s, b, e, out.starts);
 }
 
 /// The data extents of an open file (SEEK_DATA/SEEK_HOLE); the whole [0, size) where the file
@@ -209,9 +198,11 @@ inline void scan_chunk(line_format f, std::string_view s, std::uint64_t b, std::
     }
   }
   std::vector<detail::chunk_scan> scans(chunks.size());
+  const isa csv_kernel =
+      f == line_format::csv ? detail::csv_scan_kernel(active_isa()) : isa::scalar;
   auto body = [&] {
     tbb::parallel_for(std::size_t{0}, chunks.size(), [&](std::size_t c) {
-      detail::scan_chunk(f, s, chunks[c].first, chunks[c].second, scans[c]);
+      detail::scan_chunk(f, s, chunks[c].first, chunks[c].second, scans[c], csv_kernel);
     });
   };
   if (threads == 0) {
