@@ -26,6 +26,13 @@
 // losses are summed in row order afterwards, so the loss and the gradient have the same bits on any
 // number of threads.
 //
+// Instruction sets: the row kernel is compiled for SSE2 (or what the build's flags allow), AVX2
+// and AVX-512 in every optimized GCC/Clang x86-64 build, and each call runs the one that
+// hone::active_isa() names (hone/core/isa.hpp: the best this CPU supports, or HONE_ISA /
+// force_isa()), so a generic -O2 build runs AVX-512 code on an AVX-512 machine. Products are never
+// fused into adds in the kernel (no FMA, whatever -ffp-contract says), so every target gives the
+// same bits.
+//
 // The CUDA version (hone/compress/cuda/distill.cuh, from .cu files) computes the same function.
 #pragma once
 
@@ -43,17 +50,29 @@
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/core/detail/no_contract.hpp"
 #include "hone/core/error.hpp"
-#include "hone/core/parallel.hpp"  // HONE_DETAIL_DISTILL_VECTORIZE, HONE_RESTRICT
+#include "hone/core/isa.hpp"
+#include "hone/core/parallel.hpp"  // HONE_RESTRICT
 
-// The row loops below ask for vectorization themselves, as core/parallel.hpp's loops do (g++ at -O2
-// vectorizes nothing with its very-cheap cost model), and for if-conversion too: the exponential's
-// clamp and the maxima are selects, which -O2 leaves as branches that keep a loop scalar.
+// The row kernels (one per instruction set, below) ask for vectorization themselves, as
+// core/parallel.hpp's loops do (g++ at -O2 vectorizes nothing with its very-cheap cost model), for
+// if-conversion too (the exponential's clamp and the maxima are selects, which -O2 leaves as
+// branches that keep a loop scalar), and for no contraction of products into FMAs (g++'s default
+// -ffp-contract=fast would fuse them in the AVX-512 and -march=native copies only). The loops
+// they inline are written without attributes. Clang vectorizes at -O2 and contracts only within
+// an expression: HONE_DETAIL_DISTILL_NO_CONTRACT turns that off in each loop function.
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__NVCC__)
-#define HONE_DETAIL_DISTILL_VECTORIZE \
-  __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic", "tree-loop-if-convert")))
+#define HONE_DETAIL_DISTILL_VECTORIZE                                                          \
+  __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic", "tree-loop-if-convert", \
+                          "fp-contract=off")))
 #else
 #define HONE_DETAIL_DISTILL_VECTORIZE
+#endif
+#if defined(__clang__)
+#define HONE_DETAIL_DISTILL_NO_CONTRACT _Pragma("clang fp contract(off)")
+#else
+#define HONE_DETAIL_DISTILL_NO_CONTRACT
 #endif
 
 HONE_NAMESPACE_BEGIN
@@ -119,6 +138,7 @@ HONE_FORCEINLINE float distill_max(float a, float b) noexcept {
 /// denormal or zero, which no sum of a row (at least 1, from the maximum) can notice. Rows with a
 /// logit that is not finite never get here.
 HONE_FORCEINLINE float distill_exp(float x) noexcept {
+  HONE_DETAIL_DISTILL_NO_CONTRACT
   x = distill_max(x, -87.0f);
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float k = x * 1.44269504088896341f + shifter;
@@ -145,10 +165,8 @@ struct distill_row_terms {
 
 /// Pass 1: the row maxima, and whether every logit is finite (x - x is 0 for a finite x, NaN for
 /// an infinity or a NaN).
-HONE_DETAIL_DISTILL_VECTORIZE inline bool distill_row_max(const float* HONE_RESTRICT s,
-                                                          const float* HONE_RESTRICT t,
-                                                          std::size_t n, float& max_s,
-                                                          float& max_t) {
+HONE_FORCEINLINE bool distill_row_max(const float* HONE_RESTRICT s, const float* HONE_RESTRICT t,
+                                      std::size_t n, float& max_s, float& max_t) {
   constexpr std::size_t L = distill_lanes;
   float ms[L], mt[L], ck[L];
   for (std::size_t k = 0; k < L; ++k) {
@@ -190,6 +208,7 @@ HONE_FORCEINLINE void distill_sum_element(const float* s, const float* HONE_REST
                                           float* HONE_RESTRICT e1, float* HONE_RESTRICT as,
                                           float* HONE_RESTRICT at, float* HONE_RESTRICT a1,
                                           float* HONE_RESTRICT ax) {
+  HONE_DETAIL_DISTILL_NO_CONTRACT
   const float sj = s[j], tj = t[j];
   const float xs = distill_exp((sj - max_s) * inv_t);
   const float xt = distill_exp((tj - max_t) * inv_t);
@@ -212,10 +231,10 @@ HONE_FORCEINLINE void distill_sum_element(const float* s, const float* HONE_REST
 /// exponentials are kept for pass 3: e^((s - max_s)/T) in es, the teacher's in et, e^(s - max_s)
 /// in e1 (es may be the student row itself: each element is read before it is written).
 template <bool SameT, bool CE, bool Store>
-HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(
-    const float* s, const float* HONE_RESTRICT t, std::size_t n, float max_s, float max_t,
-    float inv_t, float* es, float* HONE_RESTRICT et, float* HONE_RESTRICT e1, double& zs,
-    double& zt, double& z1, double& cross) {
+HONE_FORCEINLINE void distill_row_sums(const float* s, const float* HONE_RESTRICT t, std::size_t n,
+                                       float max_s, float max_t, float inv_t, float* es,
+                                       float* HONE_RESTRICT et, float* HONE_RESTRICT e1, double& zs,
+                                       double& zt, double& z1, double& cross) {
   constexpr std::size_t L = distill_lanes;
   // Float partial sums over blocks of 1024 logits, gathered into double partial sums after each
   // block: the sums of a 32 Ki-class row keep about 1e-7 relative error instead of 1e-5.
@@ -259,11 +278,10 @@ HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_sums(
 
 /// Pass 3 of a row: g = cs * es - ct * et + c1 * e1 (e1 == es when T == 1); g may be es itself.
 template <bool SameT, bool CE>
-HONE_DETAIL_DISTILL_VECTORIZE inline void distill_row_grad(float* g, const float* es,
-                                                           const float* HONE_RESTRICT et,
-                                                           const float* HONE_RESTRICT e1,
-                                                           std::size_t n, float cs, float ct,
-                                                           float c1) {
+HONE_FORCEINLINE void distill_row_grad(float* g, const float* es, const float* HONE_RESTRICT et,
+                                       const float* HONE_RESTRICT e1, std::size_t n, float cs,
+                                       float ct, float c1) {
+  HONE_DETAIL_DISTILL_NO_CONTRACT
   if constexpr (CE && !SameT) {
     for (std::size_t j = 0; j < n; ++j) g[j] = cs * es[j] - ct * et[j] + c1 * e1[j];
   } else {
@@ -285,7 +303,8 @@ struct distill_plan {
 
 /// One row, start to end. `scratch` holds 2 * classes floats when the gradient is wanted.
 template <bool SameT, bool CE>
-distill_row_terms distill_row(const distill_plan& p, std::size_t i, float* scratch) {
+HONE_FORCEINLINE distill_row_terms distill_row(const distill_plan& p, std::size_t i,
+                                               float* scratch) {
   const std::size_t n = p.shape.classes;
   const float* s = p.student + i * n;
   const float* t = p.teacher + i * n;
@@ -331,8 +350,48 @@ distill_row_terms distill_row(const distill_plan& p, std::size_t i, float* scrat
   return {kl, ce, true};
 }
 
+/// The row kernel, compiled once per instruction set: the build's own target, and with run-time
+/// dispatch AVX2 and AVX-512 (the loops above are inlined into each).
+template <bool SameT, bool CE>
+HONE_DETAIL_DISTILL_VECTORIZE distill_row_terms distill_row_default(const distill_plan& p,
+                                                                    std::size_t i, float* scratch) {
+  return distill_row<SameT, CE>(p, i, scratch);
+}
+#if defined(HONE_ISA_DISPATCH)
+template <bool SameT, bool CE>
+__attribute__((target("avx,avx2"))) HONE_DETAIL_DISTILL_VECTORIZE distill_row_terms
+distill_row_avx2(const distill_plan& p, std::size_t i, float* scratch) {
+  return distill_row<SameT, CE>(p, i, scratch);
+}
+template <bool SameT, bool CE>
+__attribute__((target("avx,avx2,avx512f,avx512bw,avx512dq,avx512vl")))
+HONE_DETAIL_DISTILL_VECTORIZE distill_row_terms
+distill_row_avx512(const distill_plan& p, std::size_t i, float* scratch) {
+  return distill_row<SameT, CE>(p, i, scratch);
+}
+#endif
+
+using distill_row_fn = distill_row_terms (*)(const distill_plan&, std::size_t, float*);
+
+/// The kernel hone::active_isa() picks (the build's own for scalar and sse2).
+template <bool SameT, bool CE>
+distill_row_fn distill_row_kernel() {
+#if defined(HONE_ISA_DISPATCH)
+  switch (active_isa()) {
+    case isa::avx512:
+      return &distill_row_avx512<SameT, CE>;
+    case isa::avx2:
+      return &distill_row_avx2<SameT, CE>;
+    default:
+      break;
+  }
+#endif
+  return &distill_row_default<SameT, CE>;
+}
+
 template <bool SameT, bool CE>
 void distill_rows(const distill_plan& p, std::span<distill_row_terms> out) {
+  const distill_row_fn row = distill_row_kernel<SameT, CE>();
   const std::size_t n = p.shape.classes;
   // Rows per task: at least ~8 Ki logits, so that narrow rows do not pay a task each.
   const std::size_t grain = n >= 8192 ? 1 : 8192 / n;
@@ -341,7 +400,7 @@ void distill_rows(const distill_plan& p, std::span<distill_row_terms> out) {
                       std::unique_ptr<float[]> scratch;
                       if (p.grad != nullptr) scratch = std::make_unique<float[]>(2 * n);
                       for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        out[i] = distill_row<SameT, CE>(p, i, scratch.get());
+                        out[i] = row(p, i, scratch.get());
                       }
                     });
 }
@@ -476,7 +535,10 @@ inline distill_value distill_loss(logits_shape shape, std::span<const float> stu
   v.kl /= b;
   v.ce /= b;
   const double T = plan.temperature;
-  v.loss = plan.alpha * T * T * v.kl + (1.0 - plan.alpha) * v.ce;
+  double kd = plan.alpha * T * T * v.kl, hard = (1.0 - plan.alpha) * v.ce;
+  HONE_DETAIL_OPAQUE_FP(kd);  // neither product fuses into the add (as in the row kernels)
+  HONE_DETAIL_OPAQUE_FP(hard);
+  v.loss = kd + hard;
   return v;
 }
 
