@@ -1,6 +1,7 @@
 // hone/compress.hpp: model compression on the user's own model types and hone's flat arenas: the
 // fused distillation loss, magnitude pruning with masks the trainer re-applies, low-rank adapters,
-// post-training int8 quantization of a whole model (docs/compress.md, docs/quant.md).
+// post-training int8 quantization of a whole model, quantization-aware training of weights and
+// activations (docs/compress.md, docs/quant.md).
 #pragma once
 
 #include "hone/compress/distill.hpp"
@@ -10,6 +11,7 @@
 #include "hone/compress/prune_checkpoint.hpp"
 #include "hone/compress/ptq.hpp"
 #include "hone/compress/qat.hpp"
+#include "hone/compress/qat_activations.hpp"
 #include "hone/compress/quant.hpp"
 #include "hone/compress/quant_checkpoint.hpp"
 #include "hone/compress/quant_linear.hpp"

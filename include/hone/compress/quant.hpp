@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/core/detail/no_contract.hpp"
 #include "hone/core/error.hpp"
 #include "hone/core/half.hpp"
 
@@ -265,8 +266,13 @@ class moving_average_minmax_observer {
       hi_ = *mx;
       seen_ = true;
     } else {
-      lo_ = lo_ + c_ * (*mn - lo_);
-      hi_ = hi_ + c_ * (*mx - hi_);
+      // torch's float operations in torch's order; the products never fuse into the adds (an
+      // FMA, which -ffp-contract=fast makes on targets that have one, would change the bits).
+      float dlo = c_ * (*mn - lo_), dhi = c_ * (*mx - hi_);
+      HONE_DETAIL_OPAQUE_FP(dlo);
+      HONE_DETAIL_OPAQUE_FP(dhi);
+      lo_ = lo_ + dlo;
+      hi_ = hi_ + dhi;
     }
   }
   [[nodiscard]] quant_range range() const noexcept {
