@@ -1,22 +1,32 @@
-// bench/dist.cpp (mpi_bench_dist): allreduce_bus_bandwidth, hone::dist::mpi_comm::all_reduce
-// (sum, float, in place) against raw MPI_Allreduce (MPI_IN_PLACE) on the same buffer, in the same
-// run, interleaved repetition by repetition (the order rotated each repetition), for 1 KiB ..
-// 256 MiB in powers of 4. Rows: mpi (MPI_Allreduce, MPI_IN_PLACE), hone (the default
-// communicator, which publishes its progress in a one-word window: missing_ranks::named), nowin
-// (missing_ranks::not_named: the window's cost is the difference) and mpi_nb (MPI_Iallreduce +
-// MPI_Wait: what MPI's own non-blocking path costs, hone's polling aside).
+// bench/dist.cpp (mpi_bench_dist): two tables, each row interleaved with MPI's blocking collective
+// on the same buffers, in the same run, repetition by repetition (the order rotated each
+// repetition).
+//
+// allreduce_bus_bandwidth: hone::dist::mpi_comm::all_reduce (sum, float, in place) against raw
+// MPI_Allreduce (MPI_IN_PLACE), 1 KiB .. 256 MiB in powers of 4. Rows: mpi (MPI_Allreduce,
+// MPI_IN_PLACE), hone (the default communicator, which publishes its progress in a one-word
+// window: missing_ranks::named), nowin (missing_ranks::not_named: the window's cost is the
+// difference) and mpi_nb (MPI_Iallreduce + MPI_Wait: what MPI's own non-blocking path costs,
+// hone's polling aside).
+//
+// reduce_scatter_bus_bandwidth: hone::dist::mpi_comm::reduce_scatter (sum, float, `in` of the
+// given bytes, `out` of bytes / ranks) + wait() against raw MPI_Reduce_scatter_block (Open MPI's
+// coll/tuned), 4 KiB .. 64 MiB of input in powers of 4 (sizes rounded down to a multiple of the
+// ranks). Rows: mpi (MPI_Reduce_scatter_block), hone, and mpi_nb (MPI_Ireduce_scatter_block +
+// MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring).
 //
 // Run under mpirun (it is not a Google Benchmark program, so scripts/bench's driver does not run
 // it: every rank must run the same number of calls):
 //   scripts/bench-dist                         # builds the bench preset's target, mpirun -np 2
 //   mpirun -np 2 build/bench/bench/mpi_bench_dist [--max-bytes N] [--repetitions N]
+//       [--collective all_reduce|reduce_scatter|both]
 // A sample is the time of a batch of calls divided by its calls, the slowest rank's (MPI_MAX
 // over the ranks after the batch), after a barrier. The batch is sized once per message size
-// from raw MPI_Allreduce (doubled until it takes 5 ms, then scaled to about 30 ms; one call for
-// the largest sizes). Reported per size and row: the median time per call, busbw = algbw *
-// 2 (n - 1) / n with algbw = bytes / time (nccl-tests' definitions for all_reduce), and the
-// median over repetitions of mpi time / row time (the same repetition's samples; >= 0.95 is
-// hone's goal).
+// from the raw MPI row (doubled until the fastest of 3 batches takes 5 ms, then scaled to about
+// 30 ms; one call for the largest sizes). Reported per size and row: the median time per call,
+// busbw (nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n for
+// all_reduce and algbw * (n - 1) / n for reduce_scatter, bytes being the input), and the median
+// over repetitions of mpi time / row time (the same repetition's samples; >= 0.95 is hone's goal).
 #include <mpi.h>
 
 #include <algorithm>
@@ -40,12 +50,11 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-enum class impl { raw, hone, hone_no_window, raw_nonblocking };
-constexpr int impls = 4;
-
 struct args {
   std::size_t max_bytes = std::size_t{256} << 20;
   int repetitions = 0;  // 0: by size
+  bool all_reduce = true;
+  bool reduce_scatter = true;
 };
 
 args parse(int argc, char** argv) {
@@ -56,10 +65,22 @@ args parse(int argc, char** argv) {
       a.max_bytes = std::strtoull(argv[++i], nullptr, 10);
     } else if (s == "--repetitions" && i + 1 < argc) {
       a.repetitions = std::atoi(argv[++i]);
+    } else if (s == "--collective" && i + 1 < argc) {
+      const std::string c = argv[++i];
+      a.all_reduce = c == "all_reduce" || c == "both";
+      a.reduce_scatter = c == "reduce_scatter" || c == "both";
+      if (!a.all_reduce && !a.reduce_scatter) {
+        std::fprintf(stderr,
+                     "mpi_bench_dist: --collective takes all_reduce, reduce_scatter or both, not "
+                     "'%s'\n",
+                     c.c_str());
+        std::exit(2);
+      }
     } else {
       std::fprintf(stderr,
                    "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
-                   "default 268435456) and --repetitions N (default: 15, fewer for large sizes)\n",
+                   "default 268435456), --repetitions N (default: 15, fewer for large sizes) and "
+                   "--collective all_reduce|reduce_scatter|both (default both)\n",
                    s.c_str());
       std::exit(2);
     }
@@ -77,6 +98,66 @@ double sample(MPI_Comm world, long calls, Op&& op) {
       std::chrono::duration<double>(clock_type::now() - t0).count() / static_cast<double>(calls);
   MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
   return t;
+}
+
+/// One table: for each size, row 0 (raw MPI: it sizes the batch) and the other rows interleaved,
+/// their order rotated each repetition. run(row, bytes) makes one call; factor turns algbw into
+/// busbw.
+template <class Run>
+void table(MPI_Comm world, int rank, const args& a, std::size_t min_bytes, std::size_t max_bytes,
+           const std::vector<const char*>& rows, double factor, Run&& run) {
+  const int impls = static_cast<int>(rows.size());
+  if (rank == 0) {
+    std::printf("%10s %6s %3s | %10s %7s |", "bytes", "calls", "rep", "mpi us", "busbw");
+    for (int w = 1; w < impls; ++w) std::printf(" %7s us %7s %5s |", rows[w], "busbw", "ratio");
+    std::printf("\n");
+  }
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    // Warm-up (first touch of the pages, MPI's connections and registrations), then rank 0 sizes
+    // the batch: about 30 ms per sample.
+    for (int w = 0; w < impls; ++w) run(w, bytes);
+    long calls = 1;
+    for (;;) {  // double the batch until it takes 5 ms (every rank sees the same slowest time)
+      // The fastest of 3 samples: one descheduled rank must not shrink the batch to a call.
+      double t = 1e30;
+      for (int i = 0; i < 3; ++i) {
+        t = std::min(t, sample(world, calls, [&] { run(0, bytes); }) * static_cast<double>(calls));
+      }
+      if (t >= 0.005) {
+        calls = std::max(1L, static_cast<long>(static_cast<double>(calls) * 0.03 / t));
+        break;
+      }
+      calls *= 2;
+    }
+    MPI_Bcast(&calls, 1, MPI_LONG, 0, world);
+    const int reps = a.repetitions > 0                  ? a.repetitions
+                     : bytes >= (std::size_t{64} << 20) ? 5
+                     : bytes >= (std::size_t{4} << 20)  ? 9
+                                                        : 15;
+    std::vector<std::vector<double>> times(rows.size()), ratio(rows.size());
+    std::vector<double> t(rows.size());
+    for (int r = 0; r < reps; ++r) {
+      for (int k = 0; k < impls; ++k) {
+        const int w = (k + r) % impls;  // rotated order
+        t[static_cast<std::size_t>(w)] = sample(world, calls, [&] { run(w, bytes); });
+      }
+      for (std::size_t w = 0; w < rows.size(); ++w) {
+        times[w].push_back(t[w]);
+        ratio[w].push_back(t[0] / t[w]);
+      }
+    }
+    if (rank == 0) {
+      auto busbw = [&](double s) { return static_cast<double>(bytes) / s * factor / 1e9; };
+      const double mpi = median(times[0]);
+      std::printf("%10zu %6ld %3d | %10.2f %7.3f |", bytes, calls, reps, mpi * 1e6, busbw(mpi));
+      for (std::size_t w = 1; w < rows.size(); ++w) {
+        const double m = median(times[w]);
+        std::printf(" %10.2f %7.3f %5.3f |", m * 1e6, busbw(m), median(ratio[w]));
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
 }
 
 }  // namespace
@@ -98,34 +179,29 @@ int main(int argc, char** argv) {
   // Zeros: the sums stay 0 (no overflow to inf, no subnormals) however many calls run in place.
   std::vector<float> buffer(max_floats, 0.0f);
 
-  if (rank == 0) {
-    std::printf(
-        "allreduce_bus_bandwidth: %d ranks, float sum in place; time per call (median), "
-        "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
-        "mpi time / row time\n",
-        size);
-    std::printf("%10s %6s %3s | %10s %7s |", "bytes", "calls", "rep", "mpi us", "busbw");
-    for (const char* name : {"hone", "nowin", "mpi_nb"}) {
-      std::printf(" %7s us %7s %5s |", name, "busbw", "ratio");
+  if (a.all_reduce) {
+    if (rank == 0) {
+      std::printf(
+          "allreduce_bus_bandwidth: %d ranks, float sum in place; time per call (median), "
+          "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
+          "mpi time / row time\n",
+          size);
     }
-    std::printf("\n");
-  }
-  for (std::size_t bytes = 1024; bytes <= a.max_bytes; bytes *= 4) {
-    const std::size_t n = bytes / sizeof(float);
-    std::span<float> data(buffer.data(), n);
-    auto run = [&](impl which) {
+    auto run = [&](int which, std::size_t bytes) {
+      const std::size_t n = bytes / sizeof(float);
+      std::span<float> data(buffer.data(), n);
       switch (which) {
-        case impl::raw:
+        case 0:
           MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                         raw_comm);
           break;
-        case impl::hone:
+        case 1:
           named.all_reduce(data, hd::reduce_op::sum).wait();
           break;
-        case impl::hone_no_window:
+        case 2:
           not_named.all_reduce(data, hd::reduce_op::sum).wait();
           break;
-        case impl::raw_nonblocking: {
+        default: {
           MPI_Request req = MPI_REQUEST_NULL;
           MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                          raw_comm, &req);
@@ -134,49 +210,45 @@ int main(int argc, char** argv) {
         }
       }
     };
-    // Warm-up (first touch of the pages, MPI's connections and registrations), then rank 0 sizes
-    // the batch: about 30 ms per sample.
-    for (int w = 0; w < impls; ++w) run(static_cast<impl>(w));
-    long calls = 1;
-    for (;;) {  // double the batch until it takes 5 ms (every rank sees the same slowest time)
-      const double t = sample(world, calls, [&] { run(impl::raw); }) * static_cast<double>(calls);
-      if (t >= 0.005) {
-        calls = std::max(1L, static_cast<long>(static_cast<double>(calls) * 0.03 / t));
-        break;
-      }
-      calls *= 2;
-    }
-    MPI_Bcast(&calls, 1, MPI_LONG, 0, world);
-    const int reps = a.repetitions > 0                  ? a.repetitions
-                     : bytes >= (std::size_t{64} << 20) ? 5
-                     : bytes >= (std::size_t{4} << 20)  ? 9
-                                                        : 15;
-    std::vector<double> times[impls];
-    std::vector<double> ratio[impls];
-    for (int r = 0; r < reps; ++r) {
-      double t[impls] = {};
-      for (int k = 0; k < impls; ++k) {
-        const int w = (k + r) % impls;  // rotated order
-        t[w] = sample(world, calls, [&] { run(static_cast<impl>(w)); });
-      }
-      for (int w = 0; w < impls; ++w) {
-        times[w].push_back(t[w]);
-        ratio[w].push_back(t[0] / t[w]);
-      }
-    }
+    table(world, rank, a, 1024, a.max_bytes, {"mpi", "hone", "nowin", "mpi_nb"},
+          2.0 * (size - 1) / size, run);
+  }
+
+  if (a.reduce_scatter) {
+    const std::size_t rs_max = std::min(a.max_bytes, std::size_t{64} << 20);
+    const auto ranks = static_cast<std::size_t>(size);
+    // The input is `buffer`'s start (zeros), the output a separate block.
+    std::vector<float> out(max_floats / ranks + 1, 0.0f);
     if (rank == 0) {
-      const double factor = 2.0 * (size - 1) / size;
-      double med[impls];
-      for (int w = 0; w < impls; ++w) med[w] = median(times[w]);
-      auto busbw = [&](double t) { return static_cast<double>(bytes) / t * factor / 1e9; };
-      std::printf("%10zu %6ld %3d | %10.2f %7.3f |", bytes, calls, reps, med[0] * 1e6,
-                  busbw(med[0]));
-      for (int w = 1; w < impls; ++w) {
-        std::printf(" %10.2f %7.3f %5.3f |", med[w] * 1e6, busbw(med[w]), median(ratio[w]));
-      }
-      std::printf("\n");
-      std::fflush(stdout);
+      std::printf(
+          "reduce_scatter_bus_bandwidth: %d ranks, float sum, bytes = the input (out = bytes / "
+          "ranks); time per call (median), algbw = bytes/time, busbw = algbw*(n-1)/n, ratio = "
+          "median over repetitions of mpi time / row time\n",
+          size);
     }
+    auto run = [&](int which, std::size_t bytes) {
+      const std::size_t m = bytes / sizeof(float) / ranks;
+      std::span<const float> in(buffer.data(), m * ranks);
+      std::span<float> block(out.data(), m);
+      switch (which) {
+        case 0:
+          MPI_Reduce_scatter_block(in.data(), block.data(), static_cast<int>(m), MPI_FLOAT, MPI_SUM,
+                                   raw_comm);
+          break;
+        case 1:
+          named.reduce_scatter(in, block, hd::reduce_op::sum).wait();
+          break;
+        default: {
+          MPI_Request req = MPI_REQUEST_NULL;
+          MPI_Ireduce_scatter_block(in.data(), block.data(), static_cast<int>(m), MPI_FLOAT,
+                                    MPI_SUM, raw_comm, &req);
+          MPI_Wait(&req, MPI_STATUS_IGNORE);
+          break;
+        }
+      }
+    };
+    table(world, rank, a, 4096, rs_max, {"mpi", "hone", "mpi_nb"},
+          static_cast<double>(size - 1) / static_cast<double>(size), run);
   }
   MPI_Comm_free(&raw_comm);
   return 0;

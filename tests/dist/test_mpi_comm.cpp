@@ -2,7 +2,8 @@
 // rank computes alone (rank-dependent data whose reduction over the ranks is known in closed
 // form), with sizes that are not multiples of the rank count, empty spans, max's NaN and signed
 // zero rule, requests waited out of order, and argument checks, and that all_reduce asks Open MPI
-// for its ring only while it starts.
+// for its ring only while it starts; reduce_scatter's own transfers (float and double sums): the
+// bits of its documented order in both schedules, repeatable, several in flight, and the timeout.
 #define BOOST_TEST_MODULE hone_dist_mpi_comm
 #include <boost/test/unit_test.hpp>
 
@@ -14,6 +15,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hd = hone::dist;
@@ -303,4 +305,152 @@ BOOST_AUTO_TEST_CASE(all_reduce_asks_open_mpi_for_its_ring_and_restores_the_sett
   check_sum<float>(c, 100003);  // through mpi_comm: still the right sums, setting restored
   BOOST_TEST(cvar.read() == 2);
   cvar.write(0);
+}
+
+namespace {
+// Values whose sums round (so the order of the additions shows in the bits): a hash of the rank
+// and the index, scaled by 1/3.
+template <class T>
+T inexact(int rank, std::size_t j) {
+  const std::uint64_t h = (j * 2654435761u + static_cast<std::uint64_t>(rank) * 40503u) % 1000003u;
+  return static_cast<T>(static_cast<double>(h) / 997.0) / T(3);
+}
+
+// Rank r's block of the ring's sum, in its documented order: in_{r+1} + in_{r+2} + ... + in_r
+// (ranks mod n), each rank adding its own input to the partial sum it received.
+template <class T>
+std::vector<T> ring_order_oracle(int rank, int size, std::size_t m) {
+  std::vector<T> out(m);
+  const std::size_t base = static_cast<std::size_t>(rank) * m;
+  for (std::size_t k = 0; k < m; ++k) {
+    T acc = inexact<T>((rank + 1) % size, base + k);
+    for (int step = 2; step <= size; ++step) acc = acc + inexact<T>((rank + step) % size, base + k);
+    out[k] = acc;
+  }
+  return out;
+}
+
+template <class T>
+void check_ring_reduce_scatter(hd::mpi_comm& c, std::size_t m) {
+  const std::size_t total = m * static_cast<std::size_t>(c.size());
+  std::vector<T> in(total);
+  for (std::size_t j = 0; j < total; ++j) in[j] = inexact<T>(c.rank(), j);
+  const std::vector<T> oracle = ring_order_oracle<T>(c.rank(), c.size(), m);
+  std::vector<T> first;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<T> out(m, T(-1));
+    c.reduce_scatter(std::span<const T>(in), std::span<T>(out), hd::reduce_op::sum).wait();
+    BOOST_TEST(std::memcmp(out.data(), oracle.data(), m * sizeof(T)) == 0,
+               "m = " << m << ", run " << run << ": not the ring's order");
+    if (run == 0) first = out;
+    BOOST_TEST(std::memcmp(out.data(), first.data(), m * sizeof(T)) == 0,
+               "m = " << m << ", run " << run << ": other bits than the first run");
+  }
+}
+}  // namespace
+
+// Runs f() with both of reduce_scatter's schedules (detail/p2p_reduce_scatter.hpp): direct (the
+// default on 2 and 3 ranks) and the ring (forced by lowering p2p_direct_max_ranks).
+template <class F>
+void with_both_schedules(F&& f) {
+  for (const int direct_max : {8, 1}) {
+    BOOST_TEST_CONTEXT((direct_max == 1 ? "ring" : "direct")) {
+      hd::detail::p2p_direct_max_ranks = direct_max;
+      f();
+    }
+  }
+  hd::detail::p2p_direct_max_ranks = 8;
+}
+
+// Float and double sums run hone's own transfers (detail/p2p_reduce_scatter.hpp), direct and ring:
+// the bits of their documented summation order, the same in repeated runs, for 1 element per
+// rank, sizes that split into uneven chunks (100003 floats: 3 chunks of 128 KiB or more; 262147:
+// 8) and large counts (2^21 + 5 elements per rank: 16 uneven chunks).
+BOOST_AUTO_TEST_CASE(reduce_scatter_sums_in_its_documented_order) {
+  auto c = make_comm();
+  with_both_schedules([&] {
+    for (std::size_t m : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{1000},
+                          std::size_t{100003}, std::size_t{262147}, (std::size_t{1} << 21) + 5}) {
+      check_ring_reduce_scatter<float>(c, m);
+      check_ring_reduce_scatter<double>(c, m);
+    }
+  });
+}
+
+// Several reduce-scatters in flight at once (their messages apart by tag), interleaved with
+// libnbc collectives and waited in reverse order; the integer sum keeps MPI's own collective.
+BOOST_AUTO_TEST_CASE(reduce_scatters_in_flight_together) {
+  auto c = make_comm();
+  with_both_schedules([&] {
+    const auto n = static_cast<std::size_t>(c.size());
+    const std::vector<std::size_t> sizes{5, 300001, 1, 70000};
+    std::vector<std::vector<float>> ins, outs;
+    for (std::size_t m : sizes) {
+      ins.emplace_back(m * n);
+      for (std::size_t j = 0; j < m * n; ++j) ins.back()[j] = inexact<float>(c.rank(), j);
+      outs.emplace_back(m, -1.0f);
+    }
+    std::vector<std::int32_t> ints_in(3 * n), ints_out(3);
+    for (std::size_t j = 0; j < ints_in.size(); ++j) {
+      ints_in[j] = static_cast<std::int32_t>(j) + c.rank();
+    }
+    std::vector<float> all(1001, 1.0f);
+    std::vector<hd::mpi_comm::request> reqs;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      reqs.push_back(c.reduce_scatter(std::span<const float>(ins[i]), std::span<float>(outs[i]),
+                                      hd::reduce_op::sum));
+      if (i == 1) reqs.push_back(c.all_reduce(std::span<float>(all), hd::reduce_op::sum));
+    }
+    reqs.push_back(c.reduce_scatter(std::span<const std::int32_t>(ints_in),
+                                    std::span<std::int32_t>(ints_out), hd::reduce_op::sum));
+    for (auto it = reqs.rbegin(); it != reqs.rend(); ++it) it->wait();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const auto oracle = ring_order_oracle<float>(c.rank(), c.size(), sizes[i]);
+      BOOST_TEST(std::memcmp(outs[i].data(), oracle.data(), sizes[i] * sizeof(float)) == 0,
+                 "m = " << sizes[i]);
+    }
+    BOOST_TEST(all[1000] == static_cast<float>(c.size()));
+    const int tri = c.size() * (c.size() - 1) / 2;
+    for (std::size_t k = 0; k < 3; ++k) {
+      const auto j = static_cast<std::int32_t>(static_cast<std::size_t>(c.rank()) * 3 + k);
+      BOOST_TEST(ints_out[k] == j * c.size() + tri);
+    }
+  });
+}
+
+// A reduce-scatter (direct and ring) that one rank joins late: the others' wait() times out naming
+// that rank, the request stays pending, and it completes with the right bits once the rank arrives.
+BOOST_AUTO_TEST_CASE(reduce_scatter_times_out_naming_the_late_rank_then_completes) {
+  with_both_schedules([] {
+    hd::mpi_comm c(MPI_COMM_WORLD, std::chrono::milliseconds(300));
+    const int late = c.size() - 1;
+    const std::size_t m = 50000;
+    std::vector<float> in(m * static_cast<std::size_t>(c.size()));
+    for (std::size_t j = 0; j < in.size(); ++j) in[j] = inexact<float>(c.rank(), j);
+    std::vector<float> out(m, -1.0f);
+    if (c.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    auto r =
+        c.reduce_scatter(std::span<const float>(in), std::span<float>(out), hd::reduce_op::sum);
+    if (c.rank() != late) {
+      std::string message;
+      try {
+        r.wait();
+      } catch (const hone::dist_error& e) {
+        message = e.what();
+      }
+      BOOST_TEST(message.find("reduce_scatter #0 (sum of " + std::to_string(in.size()) +
+                              " float) did not complete within 300 ms") != std::string::npos,
+                 message);
+      BOOST_TEST(
+          message.find("rank " + std::to_string(late) + " has not started it") != std::string::npos,
+          message);
+      BOOST_TEST(message.find("The request is still pending") != std::string::npos, message);
+      c.set_timeout(std::chrono::seconds(20));
+    } else {
+      c.set_timeout(std::chrono::seconds(20));
+    }
+    r.wait();
+    const auto oracle = ring_order_oracle<float>(c.rank(), c.size(), m);
+    BOOST_TEST(std::memcmp(out.data(), oracle.data(), m * sizeof(float)) == 0);
+  });
 }

@@ -38,6 +38,11 @@
 //
 // all_reduce's sums ask Open MPI for the ring algorithm (detail/iallreduce_ring.hpp: its default
 // for an in-place MPI_Iallreduce on fewer than 4 ranks sends every byte through rank 0 twice).
+// reduce_scatter's float and double sums run hone's own MPI_Isend/MPI_Irecv chunks, driven by
+// the requests' test() and wait() (detail/p2p_reduce_scatter.hpp; libnbc's only
+// MPI_Ireduce_scatter_block reduces everything on rank 0): each block sent straight to its owner
+// up to 8 ranks, a ring beyond; either way block b is summed in the fixed order
+// in_{b+1} + in_{b+2} + ... + in_b (ranks mod n).
 //
 // Element types: float, double, std::int32_t, std::int64_t, and the 16-bit floats hone::bfloat16
 // and hone::half (data_parallel's 16-bit wire): moved as MPI_UINT16_T and reduced by mpi_comm's
@@ -71,6 +76,7 @@
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/mpi/detail/heartbeat.hpp"
 #include "hone/dist/mpi/detail/iallreduce_ring.hpp"
+#include "hone/dist/mpi/detail/p2p_reduce_scatter.hpp"
 #include "hone/dist/mpi/detail/types.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -178,6 +184,7 @@ struct mpi_state {
   std::vector<std::uint64_t> beat_probed;
   // Open MPI's ring for all_reduce's sums (iallreduce_ring.hpp); made once MPI is initialized.
   std::optional<iallreduce_ring> ring;
+  p2p_reduce_scatters p2p;  // reduce_scatter's own transfers in flight (p2p_reduce_scatter.hpp)
 
   mpi_state() = default;
   mpi_state(const mpi_state&) = delete;
@@ -493,7 +500,7 @@ class mpi_comm {
     /// an error (the request is then complete) or when the communicator's timeout passes first
     /// (the request stays pending).
     void wait() {
-      if (req_ == MPI_REQUEST_NULL) return;
+      if (req_ == MPI_REQUEST_NULL && !p2p_) return;
       if (test()) return;
       const auto timeout = state_->timeout;
       const auto start = std::chrono::steady_clock::now();
@@ -518,6 +525,15 @@ class mpi_comm {
     /// True once the collective is complete on this rank (never blocks). Throws dist_error when
     /// MPI reports an error.
     bool test() {
+      if (state_) state_->p2p.progress();  // all of this communicator's reduce_scatters move on
+      if (p2p_) {
+        if (!p2p_->done()) return false;
+        const auto p2p = std::exchange(p2p_, nullptr);
+        if (p2p->error() != MPI_SUCCESS) [[unlikely]]
+          detail::mpi_failure(p2p->error(),
+                              "mpi_comm: " + describe() + " (" + p2p->failed_call() + ")");
+        return true;
+      }
       if (req_ == MPI_REQUEST_NULL) return true;
       int done = 0;
       const int rc = MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
@@ -534,12 +550,17 @@ class mpi_comm {
    private:
     friend class mpi_comm;
     request(std::shared_ptr<detail::mpi_state> state, MPI_Request req, const char* op,
-            const char* detail, std::size_t count, const char* type, std::uint64_t seq) noexcept
-        : state_(std::move(state)), req_(req), label_{op, detail, type, count, seq} {}
+            const char* detail, std::size_t count, const char* type, std::uint64_t seq,
+            std::shared_ptr<detail::p2p_reduce_scatter> p2p = nullptr) noexcept
+        : state_(std::move(state)),
+          req_(req),
+          p2p_(std::move(p2p)),
+          label_{op, detail, type, count, seq} {}
 
     void take(request& other) noexcept {
       state_ = std::move(other.state_);
       req_ = std::exchange(other.req_, MPI_REQUEST_NULL);
+      p2p_ = std::move(other.p2p_);
       label_ = other.label_;
     }
 
@@ -556,7 +577,7 @@ class mpi_comm {
     }
 
     void finish_or_abort() noexcept {
-      if (req_ == MPI_REQUEST_NULL) return;
+      if (req_ == MPI_REQUEST_NULL && !p2p_) return;
       try {
         wait();
       } catch (const std::exception& e) {
@@ -571,6 +592,7 @@ class mpi_comm {
 
     std::shared_ptr<detail::mpi_state> state_;
     MPI_Request req_ = MPI_REQUEST_NULL;
+    std::shared_ptr<detail::p2p_reduce_scatter> p2p_;  // reduce_scatter's own transfers, or null
     detail::collective_label label_;
   };
 
@@ -600,6 +622,7 @@ class mpi_comm {
     s.ops.create();
     if (naming == missing_ranks::named) s.create_window();
     s.ring.emplace();
+    s.p2p.init(s.comm);
   }
 
   mpi_comm(mpi_comm&&) noexcept = default;
@@ -648,6 +671,16 @@ class mpi_comm {
                      " ranks; pad the input to a multiple of the number of ranks");
     require_disjoint(in, std::span<const T>(out), "reduce_scatter");
     checked_count(in.size(), "reduce_scatter");
+    // Float and double sums with something to move: hone's own transfers (header comment).
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (op == reduce_op::sum && size() > 1 && !out.empty()) {
+        auto p2p = state_->p2p.start(state_->comm, rank(), size(), in.data(), out.data(),
+                                     out.size(), detail::mpi_type<T>(), state_->sequence);
+        check(p2p->error(), "reduce_scatter", p2p->failed_call());
+        return started(MPI_REQUEST_NULL, "reduce_scatter", to_string(op), in.size(),
+                       detail::type_name<T>(), std::move(p2p));
+      }
+    }
     MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Ireduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()),
                                     detail::mpi_type<T>(), mpi_op<T>(op), state_->comm, &r),
@@ -732,9 +765,9 @@ class mpi_comm {
   }
 
   request started(MPI_Request r, const char* op, const char* detail, std::size_t count,
-                  const char* type) {
+                  const char* type, std::shared_ptr<detail::p2p_reduce_scatter> p2p = nullptr) {
     state_->publish(state_->sequence + 1);
-    return request(state_, r, op, detail, count, type, state_->sequence++);
+    return request(state_, r, op, detail, count, type, state_->sequence++, std::move(p2p));
   }
 
   std::shared_ptr<detail::mpi_state> state_;
