@@ -1,9 +1,10 @@
 // hone::compress dynamic int8 linear layer: every int8 GEMM kernel this CPU supports (scalar, AVX2,
-// AVX-512 VNNI) against a plain int64 triple loop over the unpacked codes, exactly, on ragged shapes
-// (k not a multiple of 4, n not a multiple of 16, m not a multiple of 4) and on extreme codes (255 x
-// -127, where a saturating 16-bit path would go wrong); the per-row uint8 activation codes against
-// an oracle; forward() against the oracle's epilogue and against a double-precision fp32 product
-// within the quantization error bound; the same bits on 1 and 2 threads; sentences for bad input.
+// AVX-512 VNNI) against a plain int64 triple loop over the unpacked codes, exactly, on ragged
+// shapes (k not a multiple of 4, n not a multiple of 16, m not a multiple of 4) and on extreme
+// codes (255 x -127, where a saturating 16-bit path would go wrong); the per-row uint8 activation
+// codes against an oracle; forward() against the oracle's epilogue and against a double-precision
+// fp32 product within the quantization error bound; the same bits on 1 and 2 threads; sentences for
+// bad input.
 #define BOOST_TEST_MODULE hone_compress_quant_linear
 #include <boost/test/unit_test.hpp>
 
@@ -45,7 +46,8 @@ std::vector<std::int64_t> oracle_gemm(const std::vector<std::uint8_t>& a,
   for (std::size_t r = 0; r < m; ++r)
     for (std::size_t o = 0; o < n; ++o) {
       std::int64_t s = 0;
-      for (std::size_t i = 0; i < k; ++i) s += std::int64_t{a[r * k + i]} * std::int64_t{w[o * k + i]};
+      for (std::size_t i = 0; i < k; ++i)
+        s += std::int64_t{a[r * k + i]} * std::int64_t{w[o * k + i]};
       c[r * n + o] = s;
     }
   return c;
@@ -94,6 +96,46 @@ std::vector<float> normal(std::size_t n, std::uint32_t seed, float mean = 0.0f) 
   return v;
 }
 
+/// forward() with every kernel against the oracle epilogue over the triple-loop accumulators, bit
+/// for bit: y = float(double(sx) * sw * double(acc - zp * wsum) + b), the product not fused with
+/// the add (as in a build without FMA); and every kernel's y identical.
+void check_forward(std::size_t m, std::size_t k, std::size_t n, std::uint32_t seed, bool bias) {
+  const auto w = normal(n * k, seed);
+  const auto x = normal(m * k, seed + 1, 0.3f);
+  const auto b = bias ? normal(n, seed + 2) : std::vector<float>{};
+  hc::dynamic_int8_linear lin(w, n, k, b);
+  const auto& q = lin.weights();
+  std::vector<std::int64_t> wsum(n, 0);
+  for (std::size_t o = 0; o < n; ++o)
+    for (std::size_t i = 0; i < k; ++i) wsum[o] += q.values[o * k + i];
+  std::vector<std::vector<float>> outs;
+  for (const auto kern : supported_kernels()) {
+    std::vector<float> y(m * n, -7.0f);
+    lin.forward(x, m, y, kern);
+    const auto a_pad = lin.last_activations();
+    std::vector<std::uint8_t> a(m * k);
+    for (std::size_t r = 0; r < m; ++r)
+      for (std::size_t i = 0; i < k; ++i) a[r * k + i] = a_pad[r * lin.packed().kp + i];
+    const auto acc = oracle_gemm(a, q.values, m, n, k);
+    std::size_t bad = 0;
+    for (std::size_t r = 0; r < m; ++r) {
+      const auto p = lin.last_activation_params()[r];
+      for (std::size_t o = 0; o < n; ++o) {
+        volatile double v =
+            double{p.scale} * q.scales[o] * double(acc[r * n + o] - p.zero_point * wsum[o]);
+        const double want = v + (bias ? double{b[o]} : 0.0);
+        bad += y[r * n + o] != static_cast<float>(want);
+      }
+    }
+    BOOST_TEST(bad == 0u, hc::int8_kernel_name(kern)
+                              << " m " << m << " k " << k << " n " << n << ": " << bad
+                              << " outputs differ from the oracle");
+    outs.push_back(std::move(y));
+  }
+  for (std::size_t i = 1; i < outs.size(); ++i)
+    BOOST_TEST((outs[i] == outs[0]), "kernel " << i << " m " << m);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_kernel_gives_the_oracle_accumulators_exactly) {
@@ -102,10 +144,35 @@ BOOST_AUTO_TEST_CASE(every_kernel_gives_the_oracle_accumulators_exactly) {
   check_gemm(5, 33, 67, 3, false);
   check_gemm(7, 100, 130, 4, false);
   check_gemm(9, 48, 1, 5, false);
-  check_gemm(2, 64, 12, 9, false);   // with the others, every remainder of the 8-row tiles
+  check_gemm(2, 64, 12, 9, false);     // with the others, every remainder of the 8-row tiles
   check_gemm(70, 300, 257, 6, false);  // large enough for oneTBB tiles
   check_gemm(4, 32, 1000, 7, true);    // 255 * -127 everywhere: no saturation anywhere
   check_gemm(6, 40, 4096, 8, true);
+}
+
+BOOST_AUTO_TEST_CASE(every_row_tile_and_panel_remainder_is_exact) {
+  // m = 1..17 and 33: every remainder of the 8-row tiles, alone and after full tiles; n = 48: a
+  // pair of panels then a single one; n = 33: a padded last panel; k = 37: padded groups
+  for (std::size_t m = 1; m <= 17; ++m) {
+    check_gemm(m, 48, 37, 100 + static_cast<std::uint32_t>(m), false);
+    check_gemm(m, 33, 8, 200 + static_cast<std::uint32_t>(m), false);
+  }
+  check_gemm(33, 48, 37, 301, false);
+  check_gemm(33, 17, 1030, 302, true);  // k past 1024 with extreme codes
+}
+
+BOOST_AUTO_TEST_CASE(forward_is_exact_on_ragged_shapes_and_large_ones) {
+  // the AVX-512 epilogue's masked last panel (n % 16 != 0), n below one panel, every row tile
+  // remainder, with and without bias
+  for (std::size_t m : {1u, 2u, 7u, 8u, 9u, 15u, 16u, 17u, 33u}) {
+    check_forward(m, 37, 45, 400 + static_cast<std::uint32_t>(m), true);
+  }
+  check_forward(3, 5, 1, 410, true);
+  check_forward(5, 64, 15, 411, false);
+  check_forward(4, 16, 16, 412, true);
+  check_forward(6, 130, 17, 413, false);
+  // above the oneTBB thresholds of the product (2^20) and of the epilogue (2^16 outputs)
+  check_forward(70, 20, 1000, 414, true);
 }
 
 BOOST_AUTO_TEST_CASE(activation_codes_match_the_oracle) {
@@ -174,7 +241,8 @@ BOOST_AUTO_TEST_CASE(forward_matches_the_oracle_epilogue_and_the_fp32_product) {
       for (std::size_t o = 0; o < n; ++o) {
         std::int64_t wsum = 0;
         for (std::size_t i = 0; i < k; ++i) wsum += q.values[o * k + i];
-        const double want = double{p.scale} * q.scales[o] * double(acc[r * n + o] - p.zero_point * wsum) + b[o];
+        const double want =
+            double{p.scale} * q.scales[o] * double(acc[r * n + o] - p.zero_point * wsum) + b[o];
         BOOST_TEST(y[r * n + o] == static_cast<float>(want), "r " << r << " o " << o);
         // against the fp32 layer in double: the error of x w with |dx| <= sx / 2, |dw| <= sw / 2
         double exact = b[o], bound = 0;
@@ -184,11 +252,13 @@ BOOST_AUTO_TEST_CASE(forward_matches_the_oracle_epilogue_and_the_fp32_product) {
           bound += 0.5 * p.scale * std::fabs(wv) + 0.5 * q.scales[o] * std::fabs(xv) +
                    0.25 * p.scale * q.scales[o];
         }
-        BOOST_TEST(std::fabs(y[r * n + o] - exact) <= bound * 1.0001 + 1e-5, "r " << r << " o " << o);
+        BOOST_TEST(std::fabs(y[r * n + o] - exact) <= bound * 1.0001 + 1e-5,
+                   "r " << r << " o " << o);
       }
     }
   }
-  for (std::size_t i = 1; i < outs.size(); ++i) BOOST_TEST(outs[i] == outs[0], boost::test_tools::per_element());
+  for (std::size_t i = 1; i < outs.size(); ++i)
+    BOOST_TEST(outs[i] == outs[0], boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(same_bits_on_one_and_two_threads) {
@@ -216,7 +286,8 @@ BOOST_AUTO_TEST_CASE(per_tensor_weights_work_too) {
       double exact = 0, bound = 0;
       for (std::size_t i = 0; i < k; ++i) {
         exact += double{x[r * k + i]} * w[o * k + i];
-        bound += 0.5 * sx * std::fabs(w[o * k + i]) + 0.5 * sw * std::fabs(x[r * k + i]) + 0.25 * sx * sw;
+        bound += 0.5 * sx * std::fabs(w[o * k + i]) + 0.5 * sw * std::fabs(x[r * k + i]) +
+                 0.25 * sx * sw;
       }
       BOOST_TEST(std::fabs(y[r * n + o] - exact) <= bound * 1.0001 + 1e-5);
     }

@@ -3,8 +3,9 @@
 // uint8 (per row, zero point included), multiplies with int32 accumulation, and dequantizes and
 // adds the bias in the epilogue. Three kernels give bit-identical int32 accumulators: a scalar one,
 // AVX2 (sign-extended 16-bit pairs, _mm256_madd_epi16, never saturating) and AVX-512 VNNI
-// (_mm512_dpbusd_epi32, u8 x s8 into int32); the fastest the CPU supports is chosen at run time, so
-// a generic -O2 build still gets it. docs/quant.md.
+// (_mm512_dpbusd_epi32, u8 x s8 into int32, and an AVX-512 epilogue giving the scalar one's bits);
+// the fastest the CPU supports is chosen at run time, so a generic -O2 build still gets it. The
+// kernels are in detail/int8_gemm_kernels.hpp. docs/quant.md.
 #pragma once
 
 #include <oneapi/tbb/blocked_range.h>
@@ -21,16 +22,10 @@
 #include <utility>
 #include <vector>
 
+#include "hone/compress/detail/int8_gemm_kernels.hpp"
 #include "hone/compress/quant.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__CUDACC__)
-#define HONE_QUANT_X86 1
-#include <immintrin.h>
-#else
-#define HONE_QUANT_X86 0
-#endif
 
 HONE_NAMESPACE_BEGIN
 namespace compress {
@@ -111,157 +106,6 @@ struct packed_int8_weights {
 
 namespace detail {
 
-/// The kernels' contract: for rows r < m of `a` (uint8, row stride kp, padding bytes any value) and
-/// panels [p0, p1) of `w`: c[r * ldc + 16 p + i] = sum_{k < kp} a[r, k] * W[16 p + i, k] (int32,
-/// exact). ldc >= np.
-inline void int8_gemm_scalar(const std::uint8_t* a, std::size_t m, const packed_int8_weights& w,
-                             std::size_t p0, std::size_t p1, std::int32_t* c, std::size_t ldc) {
-  const std::size_t groups = w.kp / 4;
-  for (std::size_t r = 0; r < m; ++r) {
-    const std::uint8_t* x = a + r * w.kp;
-    for (std::size_t p = p0; p < p1; ++p) {
-      const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
-      std::int32_t acc[16] = {};
-      for (std::size_t g = 0; g < groups; ++g) {
-        for (std::size_t i = 0; i < 16; ++i) {
-          for (std::size_t j = 0; j < 4; ++j) {
-            acc[i] += static_cast<std::int32_t>(x[4 * g + j]) *
-                      static_cast<std::int32_t>(panel[g * 64 + i * 4 + j]);
-          }
-        }
-      }
-      std::memcpy(c + r * ldc + 16 * p, acc, sizeof acc);
-    }
-  }
-}
-
-#if HONE_QUANT_X86
-/// AVX2: per group of 4 k, the 64 panel bytes are sign-extended to 16-bit in four 16-byte pieces
-/// (4 rows x 4 k each) and multiplied with the 4 activations zero-extended to 16-bit by
-/// _mm256_madd_epi16, which adds adjacent products into int32: |u8 * s8| <= 32640, so a pair fits
-/// and nothing saturates. Each output ends as two partial sums, added at the end.
-__attribute__((target("avx2"))) inline void int8_gemm_avx2(const std::uint8_t* a, std::size_t m,
-                                                           const packed_int8_weights& w,
-                                                           std::size_t p0, std::size_t p1,
-                                                           std::int32_t* c, std::size_t ldc) {
-  const std::size_t groups = w.kp / 4;
-  for (std::size_t p = p0; p < p1; ++p) {
-    const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
-    std::size_t r = 0;
-    for (; r < m; r += 2) {
-      const bool two = r + 1 < m;
-      const std::uint8_t* x0 = a + r * w.kp;
-      const std::uint8_t* x1 = two ? x0 + w.kp : x0;
-      __m256i acc0[4], acc1[4];
-      for (int q = 0; q < 4; ++q) acc0[q] = acc1[q] = _mm256_setzero_si256();
-      for (std::size_t g = 0; g < groups; ++g) {
-        std::uint32_t b0, b1;
-        std::memcpy(&b0, x0 + 4 * g, 4);
-        std::memcpy(&b1, x1 + 4 * g, 4);
-        // (x0, x1, x2, x3) as 16-bit, repeated over the register
-        const __m256i v0 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(b0)));
-        const __m256i v1 = _mm256_cvtepu8_epi16(_mm_set1_epi32(static_cast<int>(b1)));
-        const std::int8_t* wg = panel + g * 64;
-        for (int q = 0; q < 4; ++q) {
-          const __m256i wq =
-              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wg + 16 * q)));
-          acc0[q] = _mm256_add_epi32(acc0[q], _mm256_madd_epi16(wq, v0));
-          acc1[q] = _mm256_add_epi32(acc1[q], _mm256_madd_epi16(wq, v1));
-        }
-      }
-      // acc[q] lanes: (row 4q + t, half h) at lane 2t + h
-      for (int q = 0; q < 4; ++q) {
-        alignas(32) std::int32_t t0[8], t1[8];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(t0), acc0[q]);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(t1), acc1[q]);
-        for (int t = 0; t < 4; ++t) {
-          c[r * ldc + 16 * p + 4 * q + t] = t0[2 * t] + t0[2 * t + 1];
-          if (two) c[(r + 1) * ldc + 16 * p + 4 * q + t] = t1[2 * t] + t1[2 * t + 1];
-        }
-      }
-    }
-  }
-}
-
-/// AVX-512 VNNI: one zmm holds a group (4 k x 16 rows) of a panel; _mm512_dpbusd_epi32 multiplies
-/// it with a row's 4 activations broadcast (u8 x s8, four products summed into each int32 lane,
-/// exact, not saturating). A tile is MR rows of a x NP panels (MR * NP accumulators; 8 x 2 measured
-/// fastest: 6 x 2 was ~30% slower, 12 x 2 and 6 x 4 twice as slow): each weight
-/// load serves MR rows and each broadcast NP panels.
-template <int MR, int NP>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_tile(
-    const std::uint8_t* a, std::size_t kp, const std::int8_t* panel, std::int32_t* c,
-    std::size_t ldc) {
-  __m512i acc[MR][NP];
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
-  const std::size_t groups = kp / 4, panel_bytes = 16 * kp;
-  for (std::size_t g = 0; g < groups; ++g) {
-    __m512i wv[NP];
-    for (int p = 0; p < NP; ++p) {
-      wv[p] = _mm512_loadu_si512(panel + static_cast<std::size_t>(p) * panel_bytes + g * 64);
-    }
-    for (int r = 0; r < MR; ++r) {
-      std::int32_t b;
-      std::memcpy(&b, a + static_cast<std::size_t>(r) * kp + 4 * g, 4);
-      const __m512i xv = _mm512_set1_epi32(b);
-      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], xv, wv[p]);
-    }
-  }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) {
-      _mm512_storeu_si512(c + static_cast<std::size_t>(r) * ldc + 16 * static_cast<std::size_t>(p),
-                          acc[r][p]);
-    }
-}
-
-template <int NP>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_vnni_rows(
-    const std::uint8_t* a, std::size_t m, const packed_int8_weights& w, std::size_t p,
-    std::int32_t* c, std::size_t ldc) {
-  const std::int8_t* panel = w.data.data() + p * 16 * w.kp;
-  std::size_t r = 0;
-  for (; r + 8 <= m; r += 8)
-    int8_vnni_tile<8, NP>(a + r * w.kp, w.kp, panel, c + r * ldc + 16 * p, ldc);
-  const std::size_t left = m - r;
-  const std::uint8_t* ar = a + r * w.kp;
-  std::int32_t* cr = c + r * ldc + 16 * p;
-  switch (left) {
-    case 7:
-      int8_vnni_tile<7, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 6:
-      int8_vnni_tile<6, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 5:
-      int8_vnni_tile<5, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 4:
-      int8_vnni_tile<4, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 3:
-      int8_vnni_tile<3, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 2:
-      int8_vnni_tile<2, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    case 1:
-      int8_vnni_tile<1, NP>(ar, w.kp, panel, cr, ldc);
-      break;
-    default:
-      break;
-  }
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_gemm_vnni(
-    const std::uint8_t* a, std::size_t m, const packed_int8_weights& w, std::size_t p0,
-    std::size_t p1, std::int32_t* c, std::size_t ldc) {
-  std::size_t p = p0;
-  for (; p + 2 <= p1; p += 2) int8_vnni_rows<2>(a, m, w, p, c, ldc);
-  if (p < p1) int8_vnni_rows<1>(a, m, w, p, c, ldc);
-}
-#endif
-
 inline int8_kernel resolve_kernel(int8_kernel k, const char* who) {
   if (k == int8_kernel::automatic) return best_int8_kernel();
   HONE_REQUIRE(int8_kernel_supported(k),
@@ -271,22 +115,41 @@ inline int8_kernel resolve_kernel(int8_kernel k, const char* who) {
   return k;
 }
 
+/// Rows [0, m) x panels [p0, p1) with kernel k (int8_gemm_kernels.hpp's contract).
 inline void int8_gemm_panels(int8_kernel k, const std::uint8_t* a, std::size_t m,
                              const packed_int8_weights& w, std::size_t p0, std::size_t p1,
                              std::int32_t* c, std::size_t ldc) {
   switch (k) {
 #if HONE_QUANT_X86
     case int8_kernel::avx512_vnni:
-      int8_gemm_vnni(a, m, w, p0, p1, c, ldc);
+      int8_gemm_vnni(a, m, w.data.data(), w.kp, p0, p1, c, ldc);
       return;
     case int8_kernel::avx2:
-      int8_gemm_avx2(a, m, w, p0, p1, c, ldc);
+      int8_gemm_avx2(a, m, w.data.data(), w.kp, p0, p1, c, ldc);
       return;
 #endif
     default:
-      int8_gemm_scalar(a, m, w, p0, p1, c, ldc);
+      int8_gemm_scalar(a, m, w.data.data(), w.kp, p0, p1, c, ldc);
       return;
   }
+}
+
+/// int8_gemm after its checks (c: m x np). Products of at least 2^20 multiply-adds run on oneTBB
+/// in tiles of up to 64 rows x 4 panels, each reusing its panels from cache across its rows; each
+/// output is one task's sum in k order, so the bits do not depend on the thread count.
+inline void int8_gemm_tiles(int8_kernel k, const std::uint8_t* a, std::size_t m,
+                            const packed_int8_weights& w, std::int32_t* c) {
+  const std::size_t panels = w.np / 16;
+  if (m * w.np * w.kp < (std::size_t{1} << 20)) {
+    int8_gemm_panels(k, a, m, w, 0, panels, c, w.np);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, m, 64, 0, panels, 4),
+                    [&](const tbb::blocked_range2d<std::size_t>& t) {
+                      const std::size_t r0 = t.rows().begin();
+                      int8_gemm_panels(k, a + r0 * w.kp, t.rows().size(), w, t.cols().begin(),
+                                       t.cols().end(), c + r0 * w.np, w.np);
+                    });
 }
 
 }  // namespace detail
@@ -302,19 +165,7 @@ inline void int8_gemm(std::span<const std::uint8_t> a, std::size_t m, const pack
                    std::to_string(c.size()) + " values; with m = " + std::to_string(m) +
                    " they need m * kp = " + std::to_string(m * w.kp) +
                    " and m * np = " + std::to_string(m * w.np) + ".");
-  const int8_kernel k = detail::resolve_kernel(kernel, who);
-  const std::size_t panels = w.np / 16;
-  if (m * w.np * w.kp < (std::size_t{1} << 20)) {
-    detail::int8_gemm_panels(k, a.data(), m, w, 0, panels, c.data(), w.np);
-    return;
-  }
-  // Tiles of up to 64 rows x 4 panels: each task reuses its panels from cache across its rows.
-  tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, m, 64, 0, panels, 4),
-                    [&](const tbb::blocked_range2d<std::size_t>& t) {
-                      detail::int8_gemm_panels(k, a.data() + t.rows().begin() * w.kp,
-                                               t.rows().size(), w, t.cols().begin(), t.cols().end(),
-                                               c.data() + t.rows().begin() * w.np, w.np);
-                    });
+  detail::int8_gemm_tiles(detail::resolve_kernel(kernel, who), a.data(), m, w, c.data());
 }
 
 namespace detail {
@@ -409,6 +260,42 @@ __attribute__((target("avx512f"))) inline void quantize_codes_avx512(std::span<c
 
 }  // namespace detail
 
+namespace detail {
+
+/// quantize_row_uint8 for a finite row and a resolved kernel (no checks).
+inline affine_params quantize_row_uint8_unchecked(std::span<const float> x,
+                                                  std::span<std::uint8_t> out,
+                                                  int8_kernel k) noexcept {
+  float lo = 0.0f, hi = 0.0f;
+#if HONE_QUANT_X86
+  if (k == int8_kernel::avx512_vnni) {
+    row_range_avx512(x, lo, hi);
+  } else {
+    row_range_scalar(x, lo, hi);
+  }
+#else
+  (void)k;
+  row_range_scalar(x, lo, hi);
+#endif
+  const affine_params p = affine_uint8({lo, hi});
+  const float inv = 1.0f / p.scale;
+  const float zp = static_cast<float>(p.zero_point);
+#if HONE_QUANT_X86
+  if (k == int8_kernel::avx512_vnni) {
+    quantize_codes_avx512(x, out.data(), inv, zp);
+  } else {
+    quantize_codes_scalar(x, out.data(), inv, zp);
+  }
+#else
+  quantize_codes_scalar(x, out.data(), inv, zp);
+#endif
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(x.size()), out.end(),
+            static_cast<std::uint8_t>(p.zero_point));
+  return p;
+}
+
+}  // namespace detail
+
 /// Per-row activation quantization: the row's range widened to include 0 gives affine_uint8
 /// parameters; codes = clamp(round_half_even(x * (1 / scale)) + zero_point, 0, 255). The row is
 /// written to out[0, x.size()) and out[x.size(), out.size()) is set to the zero point. The
@@ -421,38 +308,14 @@ inline affine_params quantize_row_uint8(std::span<const float> x, std::span<std:
                                            std::to_string(out.size()) + " bytes, fewer than the " +
                                            std::to_string(x.size()) + " values of the row.");
   if (!detail::all_finite(x)) detail::require_finite(x, 0, who);
-  const int8_kernel k = detail::resolve_kernel(kernel, who);
-  float lo = 0.0f, hi = 0.0f;
-#if HONE_QUANT_X86
-  if (k == int8_kernel::avx512_vnni) {
-    detail::row_range_avx512(x, lo, hi);
-  } else {
-    detail::row_range_scalar(x, lo, hi);
-  }
-#else
-  detail::row_range_scalar(x, lo, hi);
-#endif
-  const affine_params p = affine_uint8({lo, hi});
-  const float inv = 1.0f / p.scale;
-  const float zp = static_cast<float>(p.zero_point);
-#if HONE_QUANT_X86
-  if (k == int8_kernel::avx512_vnni) {
-    detail::quantize_codes_avx512(x, out.data(), inv, zp);
-  } else {
-    detail::quantize_codes_scalar(x, out.data(), inv, zp);
-  }
-#else
-  detail::quantize_codes_scalar(x, out.data(), inv, zp);
-#endif
-  std::fill(out.begin() + static_cast<std::ptrdiff_t>(x.size()), out.end(),
-            static_cast<std::uint8_t>(p.zero_point));
-  return p;
+  return detail::quantize_row_uint8_unchecked(x, out, detail::resolve_kernel(kernel, who));
 }
 
 /// The dynamic int8 linear layer y = x W^T + b with W [out_features, in_features] (see the header
 /// comment). y[r, o] = scale_x[r] * scale_w[o] * (acc[r, o] - zero_point[r] * sum_k Wq[o, k]) +
-/// b[o], the int32 accumulator corrected for the activation zero point in 64-bit integers, then
-/// scaled and biased in double and rounded once to float.
+/// b[o]: the int32 accumulator corrected for the activation zero point exactly (the integer
+/// difference), scaled and biased in double (the product never fused with the add) and rounded
+/// once to float, the same bits with every kernel (detail::int8_epilogue_one).
 class dynamic_int8_linear {
  public:
   /// Quantizes `weight` ([out_features, in_features] row-major, fp32) per output row.
@@ -483,11 +346,17 @@ class dynamic_int8_linear {
                      ".");
     bias_.assign(bias.begin(), bias.end());
     packed_ = packed_int8_weights::pack(q_.values, q_.rows, q_.cols);
-    wsum_.resize(q_.rows);
+    // the epilogue's per-output terms in double, padded to np with zeros; |sum| <= 127 * 66000,
+    // so the sums are exact
+    wscale_.assign(packed_.np, 0.0);
+    wsum_.assign(packed_.np, 0.0);
+    bias_d_.assign(packed_.np, 0.0);
     for (std::size_t o = 0; o < q_.rows; ++o) {
       std::int64_t s = 0;
       for (std::size_t c = 0; c < q_.cols; ++c) s += q_.values[o * q_.cols + c];
-      wsum_[o] = s;
+      wsum_[o] = static_cast<double>(s);
+      wscale_[o] = static_cast<double>(q_.scale(o));
+      if (!bias_.empty()) bias_d_[o] = double{bias_[o]};
     }
   }
 
@@ -515,8 +384,8 @@ class dynamic_int8_linear {
     params_.resize(m);
     const auto quantize_rows = [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
-        params_[r] = quantize_row_uint8(x.subspan(r * k, k),
-                                        std::span(a_).subspan(r * packed_.kp, packed_.kp), kern);
+        params_[r] = detail::quantize_row_uint8_unchecked(
+            x.subspan(r * k, k), std::span(a_).subspan(r * packed_.kp, packed_.kp), kern);
       }
     };
     if (m * k < (std::size_t{1} << 16)) {
@@ -526,23 +395,39 @@ class dynamic_int8_linear {
           tbb::blocked_range<std::size_t>(0, m, 8),
           [&](const tbb::blocked_range<std::size_t>& rr) { quantize_rows(rr.begin(), rr.end()); });
     }
-    int8_gemm(a_, m, packed_, acc_, kern);
-    for (std::size_t r = 0; r < m; ++r) {
-      const std::int32_t* acc = acc_.data() + r * packed_.np;
-      const double sx = params_[r].scale;
-      const std::int64_t zp = params_[r].zero_point;
-      for (std::size_t o = 0; o < n; ++o) {
-        const double v = sx * static_cast<double>(q_.scale(o)) *
-                         static_cast<double>(static_cast<std::int64_t>(acc[o]) - zp * wsum_[o]);
-        y[r * n + o] = static_cast<float>(v + (bias_.empty() ? 0.0 : double{bias_[o]}));
+    const detail::int8_epilogue ep{
+        params_.data(), wscale_.data(), wsum_.data(), bias_d_.data(), y.data(), n, n};
+    detail::int8_gemm_tiles(kern, a_.data(), m, packed_, acc_.data());
+    const auto epilogue_rows = [&](std::size_t r0, std::size_t r1) {
+#if HONE_QUANT_X86
+      if (kern == int8_kernel::avx512_vnni) {
+        detail::int8_epilogue_rows_avx512(ep, r0, r1, acc_.data(), packed_.np);
+        return;
       }
+#endif
+      for (std::size_t r = r0; r < r1; ++r) {
+        for (std::size_t o = 0; o < n; ++o) {
+          y[r * n + o] = detail::int8_epilogue_one(ep, r, o, acc_[r * packed_.np + o]);
+        }
+      }
+    };
+    if (m * n < (std::size_t{1} << 16)) {
+      epilogue_rows(0, m);
+    } else {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, m, 8),
+          [&](const tbb::blocked_range<std::size_t>& rr) { epilogue_rows(rr.begin(), rr.end()); });
     }
   }
 
   /// The int32 accumulators and activation parameters of the last forward() (for tests and
   /// inspection): acc [m, padded out_features].
-  [[nodiscard]] std::span<const std::int32_t> last_accumulators() const noexcept { return acc_; }
-  [[nodiscard]] std::span<const std::uint8_t> last_activations() const noexcept { return a_; }
+  [[nodiscard]] std::span<const std::int32_t> last_accumulators() const noexcept {
+    return acc_;
+  }
+  [[nodiscard]] std::span<const std::uint8_t> last_activations() const noexcept {
+    return a_;
+  }
   [[nodiscard]] std::span<const affine_params> last_activation_params() const noexcept {
     return params_;
   }
@@ -551,7 +436,7 @@ class dynamic_int8_linear {
   quantized_weights q_;
   std::vector<float> bias_;
   packed_int8_weights packed_;
-  std::vector<std::int64_t> wsum_;
+  std::vector<double> wscale_, wsum_, bias_d_;  // [np] each: the epilogue's per-output terms
   std::vector<std::uint8_t> a_;
   std::vector<std::int32_t> acc_;
   std::vector<affine_params> params_;
