@@ -200,36 +200,52 @@ HONE_DETAIL_VNNI_TARGET inline void int8_vnni_tile(const std::uint8_t* a, std::s
   static_assert(MR >= 1 && MR <= 8 && NP >= 1 && NP <= 2,
                 "int8_vnni_tile takes 1 to 8 rows and 1 or 2 panels.");
   const std::size_t groups = kp / 4, ps = 16 * kp;
-#define HONE_VNNI_ROW(r)                                                   \
-  if constexpr (MR > r) {                                                  \
-    std::int32_t b;                                                        \
-    std::memcpy(&b, a + std::size_t{r} * kp + 4 * g, 4);                   \
-    const __m512i x = _mm512_set1_epi32(b);                                \
-    c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, x, w0);                       \
-    if constexpr (NP > 1) c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, x, w1); \
-  }
-#define HONE_VNNI_ONE(r, p, v)    \
-  if constexpr (MR > r && NP > p) \
-    _mm512_storeu_si512(c + std::size_t{r} * ldc + 16 * std::size_t{p}, v);
+#define HONE_VNNI_ROW(r)                                                     \
+  do {                                                                       \
+    if constexpr (MR > r) {                                                  \
+      std::int32_t b;                                                        \
+      std::memcpy(&b, a + std::size_t{r} * kp + 4 * g, 4);                   \
+      const __m512i x = _mm512_set1_epi32(b);                                \
+      c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, x, w0);                       \
+      if constexpr (NP > 1) c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, x, w1); \
+    }                                                                        \
+  } while (false)
+#define HONE_VNNI_ONE(r, p, v)                                                \
+  do {                                                                        \
+    if constexpr (MR > r && NP > p)                                           \
+      _mm512_storeu_si512(c + std::size_t{r} * ldc + 16 * std::size_t{p}, v); \
+  } while (false)
   const __m512i z = _mm512_setzero_si512();
   __m512i c0_0 = z, c0_1 = z, c1_0 = z, c1_1 = z, c2_0 = z, c2_1 = z, c3_0 = z, c3_1 = z;
   __m512i c4_0 = z, c4_1 = z, c5_0 = z, c5_1 = z, c6_0 = z, c6_1 = z, c7_0 = z, c7_1 = z;
   for (std::size_t g = 0; g < groups; ++g) {
     const __m512i w0 = _mm512_loadu_si512(w + g * 64);
     const __m512i w1 = NP > 1 ? _mm512_loadu_si512(w + ps + g * 64) : w0;
-    HONE_VNNI_ROW(0)
-    HONE_VNNI_ROW(1)
-    HONE_VNNI_ROW(2)
-    HONE_VNNI_ROW(3) HONE_VNNI_ROW(4) HONE_VNNI_ROW(5) HONE_VNNI_ROW(6) HONE_VNNI_ROW(7)
+    HONE_VNNI_ROW(0);
+    HONE_VNNI_ROW(1);
+    HONE_VNNI_ROW(2);
+    HONE_VNNI_ROW(3);
+    HONE_VNNI_ROW(4);
+    HONE_VNNI_ROW(5);
+    HONE_VNNI_ROW(6);
+    HONE_VNNI_ROW(7);
   }
-  HONE_VNNI_ONE(0, 0, c0_0)
-  HONE_VNNI_ONE(0, 1, c0_1)
-  HONE_VNNI_ONE(1, 0, c1_0)
-  HONE_VNNI_ONE(1, 1, c1_1) HONE_VNNI_ONE(2, 0, c2_0) HONE_VNNI_ONE(2, 1, c2_1)
-      HONE_VNNI_ONE(3, 0, c3_0) HONE_VNNI_ONE(3, 1, c3_1) HONE_VNNI_ONE(4, 0, c4_0)
-          HONE_VNNI_ONE(4, 1, c4_1) HONE_VNNI_ONE(5, 0, c5_0) HONE_VNNI_ONE(5, 1, c5_1)
-              HONE_VNNI_ONE(6, 0, c6_0) HONE_VNNI_ONE(6, 1, c6_1) HONE_VNNI_ONE(7, 0, c7_0)
-                  HONE_VNNI_ONE(7, 1, c7_1)
+  HONE_VNNI_ONE(0, 0, c0_0);
+  HONE_VNNI_ONE(0, 1, c0_1);
+  HONE_VNNI_ONE(1, 0, c1_0);
+  HONE_VNNI_ONE(1, 1, c1_1);
+  HONE_VNNI_ONE(2, 0, c2_0);
+  HONE_VNNI_ONE(2, 1, c2_1);
+  HONE_VNNI_ONE(3, 0, c3_0);
+  HONE_VNNI_ONE(3, 1, c3_1);
+  HONE_VNNI_ONE(4, 0, c4_0);
+  HONE_VNNI_ONE(4, 1, c4_1);
+  HONE_VNNI_ONE(5, 0, c5_0);
+  HONE_VNNI_ONE(5, 1, c5_1);
+  HONE_VNNI_ONE(6, 0, c6_0);
+  HONE_VNNI_ONE(6, 1, c6_1);
+  HONE_VNNI_ONE(7, 0, c7_0);
+  HONE_VNNI_ONE(7, 1, c7_1);
 #undef HONE_VNNI_ONE
 #undef HONE_VNNI_ROW
 }
