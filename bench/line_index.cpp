@@ -13,12 +13,14 @@
 // the page cache and builds its index in memory:
 //   hone       line_dataset(path, format, {.policy = rebuild, .save_index = false, .threads = 1}):
 //              the mapping, the stamp (fstat, XXH3-128 of the first and last 64 KiB), the data
-//              extents and the chunked scan (4 MiB chunks; memchr for text and JSON Lines, the
-//              vectorized quote-aware scan for CSV: the best kernel of detail/csv_scan.hpp this
-//              CPU runs, AVX-512, AVX2 or SSE2), then the offsets gathered into one array
+//              extents and the chunked scan (4 MiB chunks; the newline block scan for text and
+//              JSON Lines, detail/line_scan.hpp, the quote-aware block scan for CSV,
+//              detail/csv_scan.hpp: the best kernel this CPU runs, AVX-512, AVX2 or SSE2), then
+//              the offsets gathered into one array
 //   hone_t2    the same with threads = 2
-//   hone_scalar (CSV only) the same as hone with the CSV scan forced to its scalar byte loop
-//              (hone::scoped_isa(isa::scalar)): the loop the vector kernels replaced
+//   hone_scalar the same as hone with the scan forced to its scalar kernel
+//              (hone::scoped_isa(isa::scalar)): one memchr per line for text and JSON Lines, the
+//              byte loop for CSV; the loops the vector kernels replaced
 //   limit      the file mapped the same way (io::mapped_file) and its '\n' bytes counted with a
 //              memchr loop on one thread: what any newline index has to do at least, without
 //              storing an offset
@@ -224,10 +226,8 @@ bool register_benchmarks() {
   for (const format_spec& f : formats) {
     hone_bench::add(f.workload, "hone", [&f](benchmark::State& s) { run_hone(s, f, 1); });
     hone_bench::add(f.workload, "hone_t2", [&f](benchmark::State& s) { run_hone(s, f, 2); });
-    if (f.format == data::line_format::csv) {
-      hone_bench::add(f.workload, "hone_scalar",
-                      [&f](benchmark::State& s) { run_hone(s, f, 1, true); });
-    }
+    hone_bench::add(f.workload, "hone_scalar",
+                    [&f](benchmark::State& s) { run_hone(s, f, 1, true); });
     hone_bench::add(f.workload, "limit", [&f](benchmark::State& s) { run_limit(s, f, 1, true); });
     hone_bench::add(f.workload, "limit_t2",
                     [&f](benchmark::State& s) { run_limit(s, f, 2, true); });

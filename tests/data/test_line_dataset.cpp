@@ -4,7 +4,8 @@
 // straddling chunk boundaries, several thread counts), the saved index (reused, rebuilt when
 // stale, refused under require_valid), CSV field splitting, a sparse file past 4 GiB, and each
 // kernel of the vectorized CSV scan (scalar, SSE2, AVX2, AVX-512: those this CPU runs) against
-// the scalar loop at every alignment.
+// the scalar loop at every alignment, and each kernel of the text / JSON Lines block scan against
+// the memchr loop (and a byte loop) at every alignment, the index under each forced target.
 #define BOOST_TEST_MODULE hone_data_lines
 #include <boost/test/unit_test.hpp>
 
@@ -537,6 +538,204 @@ BOOST_AUTO_TEST_CASE(csv_index_under_each_forced_target) {
         }
         BOOST_TEST(par(line_format::csv, s, chunk, 1 + round % 2) == ref,
                    "target " << hone::to_string(t) << " chunk " << chunk << " size " << s.size());
+      }
+    }
+  }
+}
+
+// ---- the text and JSON Lines block scan (hone/data/detail/line_scan.hpp): every kernel this CPU
+//      runs against the memchr loop and a byte loop, at every alignment of the start pointer, on
+//      random lines with empty lines, whitespace-only lines, CRLF, lone '\r' and no trailing
+//      newline, on ranges that begin and end anywhere; the whole index under each forced target
+//      against the sequential reference ----
+
+namespace {
+
+/// The line kernels this CPU and build run.
+std::vector<hone::isa> line_kernels() {
+  std::vector<hone::isa> out;
+  for (hone::isa t : every_isa) {
+    if (data::detail::line_scan_supported(t)) out.push_back(t);
+  }
+  return out;
+}
+
+/// About `n` bytes of lines (cut to exactly n, so the last line may have no '\n'): JSON-like and
+/// word lines of 0 to ~150 bytes, ending in '\n' or "\r\n", empty lines ("\n", "\r\n"),
+/// whitespace-only lines, a lone '\r' now and then. `dense` draws single bytes from "\n\r a{".
+std::string random_lines(std::mt19937_64& rng, std::size_t n, bool dense) {
+  std::string s;
+  if (dense) {
+    const std::string_view alpha = "\n\r a{";
+    for (std::size_t i = 0; i < n; ++i) s += alpha[rng() % alpha.size()];
+    return s;
+  }
+  while (s.size() < n) {
+    switch (rng() % 6) {
+      case 0:
+      case 1:
+        s += "{\"k\":\"";
+        s.append(rng() % ((rng() % 8 == 0) ? 150 : 20), static_cast<char>('a' + rng() % 26));
+        s += "\"}";
+        break;
+      case 2:
+        s.append(rng() % 4, ' ');  // whitespace-only when nothing else comes before the '\n'
+        s += (rng() % 2 == 0) ? "\t" : "";
+        break;
+      case 3:
+        s += (rng() % 3 == 0) ? "\r\n" : "\n";
+        break;
+      case 4:
+        s += (rng() % 2 == 0) ? "\n\n" : "\r\n\r\n";
+        break;
+      default:
+        s += (rng() % 4 == 0) ? "\r" : "x";
+        break;
+    }
+  }
+  s.resize(n);
+  return s;
+}
+
+std::vector<std::uint64_t> line_scan_with(hone::isa t, bool skip_empty, std::string_view s,
+                                          std::uint64_t b, std::uint64_t e) {
+  std::vector<std::uint64_t> out;
+  data::detail::line_scan(t, skip_empty, s, b, e, out);
+  return out;
+}
+
+/// The byte-loop reference of line_scan (independent of the memchr loop).
+std::vector<std::uint64_t> line_scan_bytes(bool skip_empty, std::string_view s, std::uint64_t b,
+                                           std::uint64_t e) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t q = b; q < e; ++q) {
+    if (s[q] != '\n' || q + 1 >= s.size()) continue;
+    const std::uint64_t p = q + 1;
+    const bool empty = s[p] == '\n' || (s[p] == '\r' && (p + 1 == s.size() || s[p + 1] == '\n'));
+    if (!(skip_empty && empty)) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(line_scan_kernels_match_the_memchr_loop) {
+  const auto kernels = line_kernels();
+  std::string names;
+  for (hone::isa t : kernels) names += std::string(hone::to_string(t)) + " ";
+  BOOST_TEST_MESSAGE("line scan kernels on this CPU: " << names);
+#if defined(HONE_DETAIL_LINE_SSE2)
+  BOOST_TEST(kernels.size() >= 2U);  // x86-64: at least scalar and sse2
+#endif
+  BOOST_CHECK_THROW((void)line_scan_with(hone::isa::neon, false, "a\nb", 0, 3), hone::config_error);
+
+  // The rules on small cases (text keeps empty lines, JSON Lines skips "\n" and "\r\n" ones but
+  // not whitespace-only ones; no start at the end of the file).
+  const std::string_view rules = "a\n\n\r\n  \n\t\nb\r\n\n\r";
+  const std::vector<std::uint64_t> text_ref{2, 3, 5, 8, 10, 13, 14};
+  const std::vector<std::uint64_t> jsonl_ref{5, 8, 10};
+  for (hone::isa t : kernels) {
+    BOOST_TEST(line_scan_with(t, false, rules, 0, rules.size()) == text_ref, hone::to_string(t));
+    BOOST_TEST(line_scan_with(t, true, rules, 0, rules.size()) == jsonl_ref, hone::to_string(t));
+    BOOST_TEST(line_scan_with(t, false, "ab\n", 0, 3).empty(), hone::to_string(t));
+  }
+
+  std::mt19937_64 rng(1618);
+  std::vector<char> store;
+  long compared = 0;
+  auto check = [&](std::string_view s, std::uint64_t b, std::uint64_t e, const char* what) {
+    for (bool skip_empty : {false, true}) {
+      const auto ref = line_scan_with(hone::isa::scalar, skip_empty, s, b, e);
+      if (ref != line_scan_bytes(skip_empty, s, b, e)) {
+        BOOST_ERROR("the memchr loop differs from the byte loop on " << what);
+      }
+      for (hone::isa t : kernels) {
+        if (t == hone::isa::scalar) continue;
+        if (line_scan_with(t, skip_empty, s, b, e) != ref) {
+          BOOST_ERROR("kernel " << hone::to_string(t) << (skip_empty ? " (jsonl)" : " (text)")
+                                << " differs from the memchr loop on " << what << " of " << s.size()
+                                << " bytes at " << static_cast<const void*>(s.data()) << ", range ["
+                                << b << ", " << e << ")");
+        }
+        ++compared;
+      }
+    }
+  };
+  // Lengths 0..300, each at every alignment 0..63 of its first byte: the whole input and three
+  // random ranges.
+  for (std::size_t n = 0; n <= 300; ++n) {
+    const std::string s = random_lines(rng, n, n % 5 == 4);
+    for (std::size_t offset = 0; offset < 64; ++offset) {
+      const std::string_view v = placed(store, s, offset);
+      check(v, 0, n, "a random input");
+      for (int k = 0; k < 3 && n > 0; ++k) {
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a random range");
+      }
+    }
+  }
+  // Several KB (blocks with many '\n' and blocks with none), every alignment, ranges ending at
+  // and just after every '\n'.
+  for (std::size_t n :
+       {std::size_t{2048}, std::size_t{4099}, std::size_t{7777}, std::size_t{9000}}) {
+    for (bool dense : {false, true}) {
+      const std::string s = random_lines(rng, n, dense);
+      for (std::size_t offset = 0; offset < 64; ++offset) {
+        const std::string_view v = placed(store, s, offset);
+        check(v, 0, n, "a long input");
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a long range");
+      }
+      for (std::size_t q = 0; q < n; q += 1 + rng() % 16) {
+        if (s[q] == '\n') {
+          check(s, 0, q, "a range ending before a newline");
+          check(s, 0, q + 1, "a range ending after a newline");
+        }
+      }
+    }
+  }
+  // Only newlines (64 starts per block), and a 10-block line with none.
+  const std::string newlines(1000, '\n');
+  check(newlines, 0, newlines.size(), "a file of newlines");
+  check(newlines, 3, 700, "a range of newlines");
+  const std::string one_line = std::string(640, 'x') + "\n" + std::string(10, 'y');
+  check(one_line, 0, one_line.size(), "one long line");
+  // Exactly sized heap copies, with and without a last '\n': no kernel reads past the input
+  // (AddressSanitizer in CI).
+  for (std::size_t n = 1; n <= 260; n += 3) {
+    std::string s = random_lines(rng, n, n % 2 == 0);
+    if (n % 3 == 0) s.back() = '\n';
+    if (n % 3 == 1) s.back() = '\r';
+    const std::vector<char> exact(s.begin(), s.end());
+    const std::string_view v(exact.data(), exact.size());
+    check(v, 0, n, "an exact-size copy");
+    check(v, n / 2, n, "the second half of an exact-size copy");
+  }
+  if (kernels.size() > 1) BOOST_TEST(compared > 100000);
+}
+
+BOOST_AUTO_TEST_CASE(text_and_jsonl_index_under_each_forced_target) {
+  std::mt19937_64 rng(27182);
+  for (hone::isa t : every_isa) {
+    if (!hone::isa_supported(t)) continue;
+    const hone::scoped_isa forced(t);
+    for (line_format f : {line_format::text, line_format::jsonl}) {
+      const hone::isa kernel = data::detail::scan_kernel(f, t);
+      BOOST_TEST_MESSAGE("target " << hone::to_string(t) << ": " << data::format_name(f)
+                                   << " kernel " << hone::to_string(kernel));
+      BOOST_TEST(data::detail::line_scan_supported(kernel));
+      if (t == hone::isa::scalar) BOOST_TEST((kernel == hone::isa::scalar));
+      for (int round = 0; round < 60; ++round) {
+        std::string s = random_lines(rng, rng() % ((round % 6 == 0) ? 6000 : 300), round % 4 == 3);
+        if (round % 9 == 0) s = "\xEF\xBB\xBF" + s;
+        if (round % 7 == 0) s = "\n\r\n" + s;  // empty first lines
+        const auto ref = data::detail::sequential_index(f, s);
+        for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{63}, std::size_t{64},
+                                  std::size_t{65}, std::size_t{200}, std::size_t{1} << 20}) {
+          BOOST_TEST(par(f, s, chunk, 1 + round % 2) == ref,
+                     "target " << hone::to_string(t) << " " << data::format_name(f) << " chunk "
+                               << chunk << " size " << s.size());
+        }
       }
     }
   }

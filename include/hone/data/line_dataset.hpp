@@ -23,9 +23,10 @@
 // keeps two candidate lists: the record starts it would have if it began outside quotes and those
 // if it began inside; the quote parity of the chunks before it (an in-order prefix) picks one. The
 // result is identical to a sequential scan and to a scan with any thread count or chunk size.
-// The CSV chunk scan is vectorized (per 64-byte block, bitmasks of '"' and '\n' and the quote
-// state by a prefix XOR; SSE2, AVX2 or AVX-512 chosen at run time, detail/csv_scan.hpp);
-// HONE_ISA or hone::force_isa (core/isa.hpp) caps it as it does hone's other host loops.
+// The chunk scans are vectorized: per 64-byte block, a bitmask of '\n' whose set bits are the
+// record starts (text and JSON Lines, detail/line_scan.hpp), for CSV with a bitmask of '"' and
+// the quote state by a prefix XOR (detail/csv_scan.hpp); SSE2, AVX2 or AVX-512 chosen at run
+// time. HONE_ISA or hone::force_isa (core/isa.hpp) caps them as it does hone's other host loops.
 #pragma once
 
 #include <oneapi/tbb/parallel_for.h>
@@ -50,6 +51,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/isa.hpp"
 #include "hone/data/detail/csv_scan.hpp"
+#include "hone/data/detail/line_scan.hpp"
 #include "hone/io/error.hpp"
 #include "hone/io/file_io.hpp"
 #include "hone/io/hash.hpp"
@@ -118,24 +120,21 @@ struct chunk_scan {
   bool odd = false;
 };
 
-/// Scans [b, e) of `s`: every '\n' at q there makes q + 1 a candidate record start. CSV runs
-/// `csv_kernel` (detail/csv_scan.hpp).
+/// The scan kernel build_line_index runs for format `f` under the active target `t`.
+[[nodiscard]] inline isa scan_kernel(line_format f, isa t) noexcept {
+  return f == line_format::csv ? csv_scan_kernel(t) : line_scan_kernel(t);
+}
+
+/// Scans [b, e) of `s`: every '\n' at q there makes q + 1 a candidate record start (kept as
+/// keeps() says). CSV runs csv kernel `kernel` (detail/csv_scan.hpp), text and JSON Lines line
+/// kernel `kernel` (detail/line_scan.hpp).
 inline void scan_chunk(line_format f, std::string_view s, std::uint64_t b, std::uint64_t e,
-                       chunk_scan& out, isa csv_kernel = isa::scalar) {
-  const char* base = s.data();
+                       chunk_scan& out, isa kernel = isa::scalar) {
   if (f != line_format::csv) {
-    const char* p = base + b;
-    const char* end = base + e;
-    while (p < end) {
-      const void* hit = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
-      if (hit == nullptr) break;
-      const auto q = static_cast<std::uint64_t>(static_cast<const char*>(hit) - base);
-      if (keeps(f, s, q + 1)) out.starts[0].push_back(q + 1);
-      p = static_cast<const char*>(hit) + 1;
-    }
+    line_scan(kernel, f == line_format::jsonl, s, b, e, out.starts[0]);
     return;
   }
-  out.odd = csv_scan(csv_kernel, s, b, e, out.starts);
+  out.odd = csv_scan(kernel, s, b, e, out.starts);
 }
 
 /// The data extents of an open file (SEEK_DATA/SEEK_HOLE); the whole [0, size) where the file
@@ -198,11 +197,10 @@ inline void scan_chunk(line_format f, std::string_view s, std::uint64_t b, std::
     }
   }
   std::vector<detail::chunk_scan> scans(chunks.size());
-  const isa csv_kernel =
-      f == line_format::csv ? detail::csv_scan_kernel(active_isa()) : isa::scalar;
+  const isa kernel = detail::scan_kernel(f, active_isa());
   auto body = [&] {
     tbb::parallel_for(std::size_t{0}, chunks.size(), [&](std::size_t c) {
-      detail::scan_chunk(f, s, chunks[c].first, chunks[c].second, scans[c], csv_kernel);
+      detail::scan_chunk(f, s, chunks[c].first, chunks[c].second, scans[c], kernel);
     });
   };
   if (threads == 0) {
