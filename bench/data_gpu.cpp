@@ -49,7 +49,9 @@
 #include <string>
 #include <vector>
 
+#include "support/gpu_host.hpp"
 #include "support/harness.hpp"
+#include "support/loader_corpus.hpp"
 
 namespace {
 
@@ -76,24 +78,7 @@ fs::path data_dir() {
 
 /// The corpus of `c` (bench_loader's file names and contents), written once.
 fs::path corpus(const corpus_spec& c) {
-  const fs::path prefix =
-      data_dir() / ("records_" + std::to_string(c.records) + "x" + std::to_string(c.width));
-  if (fs::exists(data::megatron_idx_path(prefix)) && fs::exists(data::megatron_bin_path(prefix)) &&
-      fs::file_size(data::megatron_bin_path(prefix)) == c.records * c.width * 2) {
-    return prefix;
-  }
-  fs::create_directories(data_dir());
-  data::megatron_writer<std::uint16_t> w(prefix);
-  std::vector<std::uint16_t> rec(c.width);
-  for (std::size_t i = 0; i < c.records; ++i) {
-    for (std::size_t j = 0; j < c.width; ++j) {
-      rec[j] = static_cast<std::uint16_t>((i * c.width + j) & 0xffffu);
-    }
-    w.add_item(rec);
-    w.end_document();
-  }
-  w.finalize();
-  return prefix;
+  return hone_bench::loader_corpus(data_dir(), c.records, c.width);
 }
 
 using dataset_t = data::megatron_dataset<std::uint16_t>;
@@ -228,21 +213,8 @@ void run_copy(benchmark::State& state, const corpus_spec& c, bool page_locked) {
   report(state, c, 1);
 }
 
-/// True when a CUDA device is present (named in the output's context as "hone_gpu"); otherwise
-/// prints the skip message and returns false (the program then exits 0).
-bool device_present(const char* program) {
-  if (hone::cuda_device_count() == 0) {
-    std::printf("%s: no CUDA device found; skipping the GPU benchmarks\n", program);
-    return false;
-  }
-  cudaDeviceProp prop{};
-  HONE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  benchmark::AddCustomContext("hone_gpu", prop.name);
-  return true;
-}
-
 bool register_benchmarks() {
-  if (!device_present("bench_data_gpu")) return false;
+  if (!hone_bench::device_present("bench_data_gpu")) return false;
   if (!hone::space_traits<hone::pinned_host_space>::pinned()) {
     std::fprintf(stderr,
                  "bench_data_gpu: pinned_host_space is not page-locked in this program, so the "

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "support/harness.hpp"
+#include "support/loader_corpus.hpp"
 
 namespace {
 
@@ -79,24 +80,7 @@ fs::path data_dir() {
 
 /// The corpus of `c`, written once (the peer reads the same .bin).
 fs::path corpus(const corpus_spec& c) {
-  const fs::path prefix =
-      data_dir() / ("records_" + std::to_string(c.records) + "x" + std::to_string(c.width));
-  if (fs::exists(data::megatron_idx_path(prefix)) && fs::exists(data::megatron_bin_path(prefix)) &&
-      fs::file_size(data::megatron_bin_path(prefix)) == c.records * c.width * 2) {
-    return prefix;
-  }
-  fs::create_directories(data_dir());
-  data::megatron_writer<std::uint16_t> w(prefix);
-  std::vector<std::uint16_t> rec(c.width);
-  for (std::size_t i = 0; i < c.records; ++i) {
-    for (std::size_t j = 0; j < c.width; ++j) {
-      rec[j] = static_cast<std::uint16_t>((i * c.width + j) & 0xffffu);
-    }
-    w.add_item(rec);
-    w.end_document();
-  }
-  w.finalize();
-  return prefix;
+  return hone_bench::loader_corpus(data_dir(), c.records, c.width);
 }
 
 struct rows {

@@ -54,6 +54,7 @@
 #include <string>
 #include <thread>
 
+#include "support/gpu_host.hpp"
 #include "support/harness.hpp"
 
 namespace {
@@ -280,19 +281,6 @@ void zone_drain(benchmark::State& state, sink k) {
   state.counters["events_created"] = static_cast<double>(hp::cuda_zone_pool_stats().events_created);
 }
 
-/// True when a CUDA device is present (named in the output's context as "hone_gpu"); otherwise
-/// prints the skip message and returns false (the program then exits 0).
-bool device_present(const char* program) {
-  if (hone::cuda_device_count() == 0) {
-    std::printf("%s: no CUDA device found; skipping the GPU benchmarks\n", program);
-    return false;
-  }
-  cudaDeviceProp prop{};
-  HONE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  benchmark::AddCustomContext("hone_gpu", prop.name);
-  return true;
-}
-
 /// Registers "<workload>/<impl>" timed by the row itself (manual time).
 template <class Fn>
 benchmark::internal::Benchmark* add_manual(const std::string& workload, const std::string& impl,
@@ -303,7 +291,7 @@ benchmark::internal::Benchmark* add_manual(const std::string& workload, const st
 }
 
 bool register_benchmarks() {
-  if (!device_present("bench_profile_gpu")) return false;
+  if (!hone_bench::device_present("bench_profile_gpu")) return false;
   add_manual("cuda_zone", "baseline", zone_baseline)->Unit(benchmark::kMicrosecond);
   add_manual("cuda_zone", "disabled", zone_disabled)->Unit(benchmark::kMicrosecond);
   add_manual("cuda_zone", "enabled", [](benchmark::State& s) {

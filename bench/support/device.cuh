@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "support/gpu_host.hpp"  // device_present
 #include "support/harness.hpp"
 
 namespace hone_bench {
@@ -66,20 +67,6 @@ benchmark::internal::Benchmark* add_gpu(const std::string& workload, const std::
   return benchmark::RegisterBenchmark((workload + "/" + impl).c_str(), std::move(fn))
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
-}
-
-/// True when a CUDA device is present, after naming device 0 in the output's context
-/// ("hone_gpu"); otherwise prints "<program>: no CUDA device found; skipping the GPU benchmarks"
-/// and returns false (the program then exits 0).
-inline bool device_present(const char* program) {
-  if (hone::cuda_device_count() == 0) {
-    std::printf("%s: no CUDA device found; skipping the GPU benchmarks\n", program);
-    return false;
-  }
-  cudaDeviceProp prop{};
-  HONE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  benchmark::AddCustomContext("hone_gpu", prop.name);
-  return true;
 }
 
 }  // namespace hone_bench
