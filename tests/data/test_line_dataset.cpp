@@ -433,6 +433,39 @@ std::string_view placed(std::vector<char>& store, std::string_view s, std::size_
   return {p, s.size()};
 }
 
+/// The inputs both scan tests compare their kernels on: every length 0..300 (`make(n, dense)`)
+/// at every alignment 0..63 of its first byte, the whole input and three random ranges (which
+/// begin and end anywhere); then inputs of several KB, sparse and dense, at every alignment, the
+/// whole and one random range, and `cuts(s)` for the test's own ranges of each.
+template <class Make, class Check, class Cuts>
+void sweep_inputs(std::mt19937_64& rng, std::vector<char>& store, const Make& make,
+                  const Check& check, const Cuts& cuts) {
+  for (std::size_t n = 0; n <= 300; ++n) {
+    const std::string s = make(n, n % 5 == 4);
+    for (std::size_t offset = 0; offset < 64; ++offset) {
+      const std::string_view v = placed(store, s, offset);
+      check(v, 0, n, "a random input");
+      for (int k = 0; k < 3 && n > 0; ++k) {
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a random range");
+      }
+    }
+  }
+  for (std::size_t n :
+       {std::size_t{2048}, std::size_t{4099}, std::size_t{7777}, std::size_t{9000}}) {
+    for (bool dense : {false, true}) {
+      const std::string s = make(n, dense);
+      for (std::size_t offset = 0; offset < 64; ++offset) {
+        const std::string_view v = placed(store, s, offset);
+        check(v, 0, n, "a long input");
+        const std::uint64_t b = rng() % n;
+        check(v, b, b + rng() % (n - b + 1), "a long range");
+      }
+      cuts(s);
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(csv_scan_kernels_match_the_scalar_loop) {
@@ -462,38 +495,18 @@ BOOST_AUTO_TEST_CASE(csv_scan_kernels_match_the_scalar_loop) {
       ++compared;
     }
   };
-  // Lengths 0..300, each at every alignment 0..63 of its first byte: the whole input and three
-  // random ranges (which begin and end anywhere, inside quoted fields too).
-  for (std::size_t n = 0; n <= 300; ++n) {
-    const std::string s = random_csv(rng, n, n % 5 == 4);
-    for (std::size_t offset = 0; offset < 64; ++offset) {
-      const std::string_view v = placed(store, s, offset);
-      check(v, 0, n, "a random input");
-      for (int k = 0; k < 3 && n > 0; ++k) {
-        const std::uint64_t b = rng() % n;
-        check(v, b, b + rng() % (n - b + 1), "a random range");
-      }
-    }
-  }
-  // Several KB: quoted fields spanning many blocks; every alignment, ranges cut at every quote.
-  for (std::size_t n :
-       {std::size_t{2048}, std::size_t{4099}, std::size_t{7777}, std::size_t{9000}}) {
-    for (bool dense : {false, true}) {
-      const std::string s = random_csv(rng, n, dense);
-      for (std::size_t offset = 0; offset < 64; ++offset) {
-        const std::string_view v = placed(store, s, offset);
-        check(v, 0, n, "a long input");
-        const std::uint64_t b = rng() % n;
-        check(v, b, b + rng() % (n - b + 1), "a long range");
-      }
-      for (std::size_t q = 0; q < n; ++q) {
-        if (s[q] == '"') {
-          check(s, q + 1, n, "a range starting inside a quote");
-          check(s, 0, q, "a range ending at a quote");
+  // Random ranges begin and end anywhere, inside quoted fields too; the long inputs have quoted
+  // fields spanning many blocks and are also cut at every quote.
+  sweep_inputs(
+      rng, store, [&](std::size_t n, bool dense) { return random_csv(rng, n, dense); }, check,
+      [&](const std::string& s) {
+        for (std::size_t q = 0; q < s.size(); ++q) {
+          if (s[q] == '"') {
+            check(s, q + 1, s.size(), "a range starting inside a quote");
+            check(s, 0, q, "a range ending at a quote");
+          }
         }
-      }
-    }
-  }
+      });
   // Exactly sized heap copies: no kernel reads past the input (AddressSanitizer in CI).
   for (std::size_t n = 1; n <= 200; n += 7) {
     const std::string s = random_csv(rng, n, false);
@@ -661,39 +674,18 @@ BOOST_AUTO_TEST_CASE(line_scan_kernels_match_the_memchr_loop) {
       }
     }
   };
-  // Lengths 0..300, each at every alignment 0..63 of its first byte: the whole input and three
-  // random ranges.
-  for (std::size_t n = 0; n <= 300; ++n) {
-    const std::string s = random_lines(rng, n, n % 5 == 4);
-    for (std::size_t offset = 0; offset < 64; ++offset) {
-      const std::string_view v = placed(store, s, offset);
-      check(v, 0, n, "a random input");
-      for (int k = 0; k < 3 && n > 0; ++k) {
-        const std::uint64_t b = rng() % n;
-        check(v, b, b + rng() % (n - b + 1), "a random range");
-      }
-    }
-  }
-  // Several KB (blocks with many '\n' and blocks with none), every alignment, ranges ending at
-  // and just after every '\n'.
-  for (std::size_t n :
-       {std::size_t{2048}, std::size_t{4099}, std::size_t{7777}, std::size_t{9000}}) {
-    for (bool dense : {false, true}) {
-      const std::string s = random_lines(rng, n, dense);
-      for (std::size_t offset = 0; offset < 64; ++offset) {
-        const std::string_view v = placed(store, s, offset);
-        check(v, 0, n, "a long input");
-        const std::uint64_t b = rng() % n;
-        check(v, b, b + rng() % (n - b + 1), "a long range");
-      }
-      for (std::size_t q = 0; q < n; q += 1 + rng() % 16) {
-        if (s[q] == '\n') {
-          check(s, 0, q, "a range ending before a newline");
-          check(s, 0, q + 1, "a range ending after a newline");
+  // The long inputs have blocks with many '\n' and blocks with none, and are also cut just before
+  // and just after '\n's.
+  sweep_inputs(
+      rng, store, [&](std::size_t n, bool dense) { return random_lines(rng, n, dense); }, check,
+      [&](const std::string& s) {
+        for (std::size_t q = 0; q < s.size(); q += 1 + rng() % 16) {
+          if (s[q] == '\n') {
+            check(s, 0, q, "a range ending before a newline");
+            check(s, 0, q + 1, "a range ending after a newline");
+          }
         }
-      }
-    }
-  }
+      });
   // Only newlines (64 starts per block), and a 10-block line with none.
   const std::string newlines(1000, '\n');
   check(newlines, 0, newlines.size(), "a file of newlines");
