@@ -3,7 +3,9 @@
 // form), with sizes that are not multiples of the rank count, empty spans, max's NaN and signed
 // zero rule, requests waited out of order, and argument checks, and that all_reduce asks Open MPI
 // for its ring only while it starts; reduce_scatter's own transfers (float and double sums): the
-// bits of its documented order in both schedules, repeatable, several in flight, and the timeout.
+// bits of its documented order in both schedules, repeatable, several in flight, and the timeout;
+// all_reduce's own exchange of small messages: the bits of its rank order, and the max, sum and
+// integer tests above through both of all_reduce's paths.
 #define BOOST_TEST_MODULE hone_dist_mpi_comm
 #include <boost/test/unit_test.hpp>
 
@@ -74,59 +76,78 @@ void check_sum(hd::mpi_comm& c, std::size_t n) {
   BOOST_TEST(wrong == 0u, "n = " << n);
 }
 
+// Runs f() with both of all_reduce's paths for small messages: hone's own exchange
+// (detail/p2p_all_reduce.hpp, the default up to 48 KiB) and MPI_Iallreduce (the exchange off).
+template <class F>
+void with_both_all_reduce_paths(F&& f) {
+  const std::size_t default_max = hd::detail::p2p_all_reduce_max_bytes;
+  for (const std::size_t max_bytes : {default_max, std::size_t{0}}) {
+    BOOST_TEST_CONTEXT((max_bytes == 0 ? "MPI_Iallreduce" : "own exchange")) {
+      hd::detail::p2p_all_reduce_max_bytes = max_bytes;
+      f();
+    }
+  }
+  hd::detail::p2p_all_reduce_max_bytes = default_max;
+}
+
 BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
   auto c = make_comm();
-  for (std::size_t n : {0u, 1u, 7u, 1000u, 4099u, 100003u}) {
-    check_sum<float>(c, n);
-    check_sum<double>(c, n);
-  }
-  std::vector<std::int64_t> big{std::int64_t{1} << 40};
-  c.all_reduce(std::span<std::int64_t>(big), hd::reduce_op::sum).wait();
-  BOOST_TEST(big[0] == (std::int64_t{1} << 40) * c.size());
+  with_both_all_reduce_paths([&] {
+    for (std::size_t n : {0u, 1u, 7u, 1000u, 4099u, 12288u, 12289u, 100003u}) {
+      check_sum<float>(c, n);
+      check_sum<double>(c, n);
+    }
+    std::vector<std::int64_t> big{std::int64_t{1} << 40, -3};
+    c.all_reduce(std::span<std::int64_t>(big), hd::reduce_op::sum).wait();
+    BOOST_TEST(big[0] == (std::int64_t{1} << 40) * c.size());
+    BOOST_TEST(big[1] == -3 * c.size());
+  });
 }
 
 BOOST_AUTO_TEST_CASE(all_reduce_max_with_nan_and_signed_zero) {
   auto c = make_comm();
-  const std::size_t n = 1001;
-  std::vector<float> f(n);
-  std::vector<double> d(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    f[i] = static_cast<float>((i + 7 * static_cast<std::size_t>(c.rank())) % 11);
-    d[i] = static_cast<double>(f[i]) - 100.0;
-  }
-  const int last = c.size() - 1;
-  // Element 3: NaN on the last rank only; element 4: NaN on rank 0 only; element 5: +0 on rank 0,
-  // -0 elsewhere; element 6: -0 everywhere.
-  if (c.rank() == last) f[3] = d[3] = std::numeric_limits<float>::quiet_NaN();
-  if (c.rank() == 0) f[4] = d[4] = std::numeric_limits<float>::quiet_NaN();
-  f[5] = d[5] = c.rank() == 0 ? 0.0 : -0.0;
-  f[6] = d[6] = -0.0;
-  auto rf = c.all_reduce(std::span<float>(f), hd::reduce_op::max);
-  auto rd = c.all_reduce(std::span<double>(d), hd::reduce_op::max);
-  rd.wait();  // out of order
-  rf.wait();
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i >= 3 && i <= 6) continue;
-    wrong += f[i] != static_cast<float>(max_oracle(c.size(), i));
-    wrong += d[i] != max_oracle(c.size(), i) - 100.0;
-  }
-  BOOST_TEST(wrong == 0u);
-  BOOST_TEST(std::isnan(f[3]));
-  BOOST_TEST(std::isnan(d[3]));
-  BOOST_TEST(std::isnan(f[4]));
-  BOOST_TEST(std::isnan(d[4]));
-  BOOST_TEST((f[5] == 0.0f && !std::signbit(f[5])));
-  BOOST_TEST((d[5] == 0.0 && !std::signbit(d[5])));
-  BOOST_TEST((f[6] == 0.0f && std::signbit(f[6])));
-  // Every rank holds the same bits (NaNs included): gather rank 0's result and compare.
-  std::vector<float> root = f;
-  c.broadcast(std::span<float>(root), 0).wait();
-  BOOST_TEST(std::memcmp(root.data(), f.data(), n * sizeof(float)) == 0);
-  std::vector<std::int32_t> ints{c.rank(), -c.rank()};
-  c.all_reduce(std::span<std::int32_t>(ints), hd::reduce_op::max).wait();
-  BOOST_TEST(ints[0] == c.size() - 1);
-  BOOST_TEST(ints[1] == 0);
+  with_both_all_reduce_paths([&] {
+    const std::size_t n = 1001;
+    std::vector<float> f(n);
+    std::vector<double> d(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      f[i] = static_cast<float>((i + 7 * static_cast<std::size_t>(c.rank())) % 11);
+      d[i] = static_cast<double>(f[i]) - 100.0;
+    }
+    const int last = c.size() - 1;
+    // Element 3: NaN on the last rank only; element 4: NaN on rank 0 only; element 5: +0 on rank 0,
+    // -0 elsewhere; element 6: -0 everywhere.
+    if (c.rank() == last) f[3] = d[3] = std::numeric_limits<float>::quiet_NaN();
+    if (c.rank() == 0) f[4] = d[4] = std::numeric_limits<float>::quiet_NaN();
+    f[5] = d[5] = c.rank() == 0 ? 0.0 : -0.0;
+    f[6] = d[6] = -0.0;
+    auto rf = c.all_reduce(std::span<float>(f), hd::reduce_op::max);
+    auto rd = c.all_reduce(std::span<double>(d), hd::reduce_op::max);
+    rd.wait();  // out of order
+    rf.wait();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i >= 3 && i <= 6) continue;
+      wrong += f[i] != static_cast<float>(max_oracle(c.size(), i));
+      wrong += d[i] != max_oracle(c.size(), i) - 100.0;
+    }
+    BOOST_TEST(wrong == 0u);
+    BOOST_TEST(std::isnan(f[3]));
+    BOOST_TEST(std::isnan(d[3]));
+    BOOST_TEST(std::isnan(f[4]));
+    BOOST_TEST(std::isnan(d[4]));
+    BOOST_TEST((f[5] == 0.0f && !std::signbit(f[5])));
+    BOOST_TEST((d[5] == 0.0 && !std::signbit(d[5])));
+    BOOST_TEST((f[6] == 0.0f && std::signbit(f[6])));
+    // Every rank holds the same bits (NaNs included): gather rank 0's result and compare.
+    std::vector<float> root = f;
+    c.broadcast(std::span<float>(root), 0).wait();
+    BOOST_TEST(std::memcmp(root.data(), f.data(), n * sizeof(float)) == 0);
+    std::vector<std::int32_t> ints{c.rank(), -c.rank()};
+    c.all_reduce(std::span<std::int32_t>(ints), hd::reduce_op::max).wait();
+    BOOST_TEST(ints[0] == c.size() - 1);
+    BOOST_TEST(ints[1] == 0);
+  });
 }
 
 BOOST_AUTO_TEST_CASE(reduce_scatter_blocks) {
@@ -420,6 +441,51 @@ BOOST_AUTO_TEST_CASE(reduce_scatters_in_flight_together) {
 
 // A reduce-scatter (direct and ring) that one rank joins late: the others' wait() times out naming
 // that rank, the request stays pending, and it completes with the right bits once the rank arrives.
+// all_reduce's own exchange (detail/p2p_all_reduce.hpp) sums in rank order on every rank:
+// element i is ((v_0 + v_1) + v_2) ..., the same bits on every rank and in every run, with two in
+// flight at once.
+template <class T>
+void check_rank_order_all_reduce(hd::mpi_comm& c, std::size_t n) {
+  std::vector<T> oracle(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    T acc = inexact<T>(0, j);
+    for (int r = 1; r < c.size(); ++r) acc = acc + inexact<T>(r, j);
+    oracle[j] = acc;
+  }
+  for (int run = 0; run < 3; ++run) {
+    std::vector<T> x(n), y(n);
+    for (std::size_t j = 0; j < n; ++j) x[j] = y[j] = inexact<T>(c.rank(), j);
+    auto rx = c.all_reduce(std::span<T>(x), hd::reduce_op::sum);
+    auto ry = c.all_reduce(std::span<T>(y), hd::reduce_op::sum);  // two in flight
+    ry.wait();
+    rx.wait();
+    BOOST_TEST(std::memcmp(x.data(), oracle.data(), n * sizeof(T)) == 0,
+               "n = " << n << ", run " << run << ": not the rank order");
+    BOOST_TEST(std::memcmp(y.data(), oracle.data(), n * sizeof(T)) == 0, "n = " << n);
+  }
+}
+
+// Sizes: one message (1 to 1008 floats: 4032 bytes), two (1009), several (2048 and 6000
+// doubles), the largest buffer the exchange takes (48 KiB: 12288 floats, 13 messages), and, with
+// the message size lowered to 8 bytes, more pieces than the 16 messages per peer allowed (the
+// pieces then grow instead).
+BOOST_AUTO_TEST_CASE(small_all_reduce_sums_in_rank_order) {
+  auto c = make_comm();
+  BOOST_TEST(hd::detail::p2p_all_reduce_max_bytes == std::size_t{48} << 10);
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{7}, std::size_t{1008}, std::size_t{1009}, std::size_t{12288}}) {
+    check_rank_order_all_reduce<float>(c, n);
+  }
+  for (std::size_t n : {std::size_t{1}, std::size_t{2048}, std::size_t{6000}}) {
+    check_rank_order_all_reduce<double>(c, n);
+  }
+  const std::size_t message_bytes = hd::detail::p2p_all_reduce_message_bytes;
+  hd::detail::p2p_all_reduce_message_bytes = 8;
+  check_rank_order_all_reduce<float>(c, 1000);
+  check_rank_order_all_reduce<double>(c, 5);
+  hd::detail::p2p_all_reduce_message_bytes = message_bytes;
+}
+
 BOOST_AUTO_TEST_CASE(reduce_scatter_times_out_naming_the_late_rank_then_completes) {
   with_both_schedules([] {
     hd::mpi_comm c(MPI_COMM_WORLD, std::chrono::milliseconds(300));

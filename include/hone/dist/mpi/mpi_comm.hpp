@@ -36,13 +36,16 @@
 // time, any thread); ask for thread_level::multiple to call from several threads at once. One
 // mpi_comm and its requests are used from one thread at a time.
 //
-// all_reduce's sums ask Open MPI for the ring algorithm (detail/iallreduce_ring.hpp: its default
-// for an in-place MPI_Iallreduce on fewer than 4 ranks sends every byte through rank 0 twice).
-// reduce_scatter's float and double sums run hone's own MPI_Isend/MPI_Irecv chunks, driven by
-// the requests' test() and wait() (detail/p2p_reduce_scatter.hpp; libnbc's only
+// all_reduce of at most 48 KiB on up to 8 ranks (not the 16-bit floats) runs hone's own exchange
+// (detail/p2p_all_reduce.hpp: every rank sends its buffer to every other and reduces in rank
+// order; libnbc's per-call schedule costs more than such a transfer); larger sums ask Open MPI
+// for the ring algorithm (detail/iallreduce_ring.hpp: its default for an in-place MPI_Iallreduce
+// on fewer than 4 ranks sends every byte through rank 0 twice). reduce_scatter's float and double
+// sums run hone's own MPI_Isend/MPI_Irecv chunks (detail/p2p_reduce_scatter.hpp; libnbc's only
 // MPI_Ireduce_scatter_block reduces everything on rank 0): each block sent straight to its owner
 // up to 8 ranks, a ring beyond; either way block b is summed in the fixed order
-// in_{b+1} + in_{b+2} + ... + in_b (ranks mod n).
+// in_{b+1} + in_{b+2} + ... + in_b (ranks mod n). Both are driven by the requests' test() and
+// wait().
 //
 // Element types: float, double, std::int32_t, std::int64_t, and the 16-bit floats hone::bfloat16
 // and hone::half (data_parallel's 16-bit wire): moved as MPI_UINT16_T and reduced by mpi_comm's
@@ -76,6 +79,7 @@
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/mpi/detail/heartbeat.hpp"
 #include "hone/dist/mpi/detail/iallreduce_ring.hpp"
+#include "hone/dist/mpi/detail/p2p_all_reduce.hpp"
 #include "hone/dist/mpi/detail/p2p_reduce_scatter.hpp"
 #include "hone/dist/mpi/detail/types.hpp"
 
@@ -184,7 +188,7 @@ struct mpi_state {
   std::vector<std::uint64_t> beat_probed;
   // Open MPI's ring for all_reduce's sums (iallreduce_ring.hpp); made once MPI is initialized.
   std::optional<iallreduce_ring> ring;
-  p2p_reduce_scatters p2p;  // reduce_scatter's own transfers in flight (p2p_reduce_scatter.hpp)
+  p2p_ops p2p;  // mpi_comm's own collectives in flight (p2p_op.hpp)
 
   mpi_state() = default;
   mpi_state(const mpi_state&) = delete;
@@ -525,7 +529,7 @@ class mpi_comm {
     /// True once the collective is complete on this rank (never blocks). Throws dist_error when
     /// MPI reports an error.
     bool test() {
-      if (state_) state_->p2p.progress();  // all of this communicator's reduce_scatters move on
+      if (state_) state_->p2p.progress();  // all of this communicator's own collectives move on
       if (p2p_) {
         if (!p2p_->done()) return false;
         const auto p2p = std::exchange(p2p_, nullptr);
@@ -551,7 +555,7 @@ class mpi_comm {
     friend class mpi_comm;
     request(std::shared_ptr<detail::mpi_state> state, MPI_Request req, const char* op,
             const char* detail, std::size_t count, const char* type, std::uint64_t seq,
-            std::shared_ptr<detail::p2p_reduce_scatter> p2p = nullptr) noexcept
+            std::shared_ptr<detail::p2p_op> p2p = nullptr) noexcept
         : state_(std::move(state)),
           req_(req),
           p2p_(std::move(p2p)),
@@ -592,7 +596,7 @@ class mpi_comm {
 
     std::shared_ptr<detail::mpi_state> state_;
     MPI_Request req_ = MPI_REQUEST_NULL;
-    std::shared_ptr<detail::p2p_reduce_scatter> p2p_;  // reduce_scatter's own transfers, or null
+    std::shared_ptr<detail::p2p_op> p2p_;  // mpi_comm's own transfers, or null
     detail::collective_label label_;
   };
 
@@ -646,6 +650,17 @@ class mpi_comm {
   template <class T>
   [[nodiscard]] request all_reduce(std::span<T> data, reduce_op op) {
     const int count = checked_count(data.size(), "all_reduce");
+    // Small messages on a few ranks: hone's own exchange (detail/p2p_all_reduce.hpp).
+    if constexpr (!detail::is_float16_v<T>) {
+      if (detail::p2p_all_reduce_fits(size(), data.size_bytes())) {
+        auto p2p = detail::start_all_reduce(state_->p2p, state_->comm, rank(), size(), data.data(),
+                                            data.size(), detail::mpi_type<T>(),
+                                            op == reduce_op::sum, state_->sequence);
+        check(p2p->error(), "all_reduce", p2p->failed_call());
+        return started(MPI_REQUEST_NULL, "all_reduce", to_string(op), data.size(),
+                       detail::type_name<T>(), std::move(p2p));
+      }
+    }
     MPI_Request r = MPI_REQUEST_NULL;
     const auto start = [&] {
       return MPI_Iallreduce(MPI_IN_PLACE, data.data(), count, detail::mpi_type<T>(), mpi_op<T>(op),
@@ -674,8 +689,9 @@ class mpi_comm {
     // Float and double sums with something to move: hone's own transfers (header comment).
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       if (op == reduce_op::sum && size() > 1 && !out.empty()) {
-        auto p2p = state_->p2p.start(state_->comm, rank(), size(), in.data(), out.data(),
-                                     out.size(), detail::mpi_type<T>(), state_->sequence);
+        auto p2p = detail::start_reduce_scatter(state_->p2p, state_->comm, rank(), size(),
+                                                in.data(), out.data(), out.size(),
+                                                detail::mpi_type<T>(), state_->sequence);
         check(p2p->error(), "reduce_scatter", p2p->failed_call());
         return started(MPI_REQUEST_NULL, "reduce_scatter", to_string(op), in.size(),
                        detail::type_name<T>(), std::move(p2p));
@@ -765,7 +781,7 @@ class mpi_comm {
   }
 
   request started(MPI_Request r, const char* op, const char* detail, std::size_t count,
-                  const char* type, std::shared_ptr<detail::p2p_reduce_scatter> p2p = nullptr) {
+                  const char* type, std::shared_ptr<detail::p2p_op> p2p = nullptr) {
     state_->publish(state_->sequence + 1);
     return request(state_, r, op, detail, count, type, state_->sequence++, std::move(p2p));
   }

@@ -24,13 +24,7 @@
 // gives the same bits run after run; it differs from Open MPI's tuned component's order in the
 // last bits of a float.
 //
-// Messages: point-to-point on mpi_comm's own duplicated communicator (collectives never match
-// them), tag = (the collective's sequence number mod tag_slots) * max_chunks + chunk; collectives
-// in flight together therefore never share a tag unless tag_slots (MPI_TAG_UB / max_chunks, at
-// least 2047) of them are in flight at once. Progress: Open MPI moves the transfers inside any MPI
-// call, but the adds and the ring's next steps happen in progress(), which mpi_comm's requests
-// call for every reduce-scatter of their communicator whenever any of them is tested or waited for
-// (so that waiting for one collective never stalls another rank's ring).
+// Messages, tags and progress: p2p_op.hpp.
 #pragma once
 
 #include <mpi.h>
@@ -44,16 +38,15 @@
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/dist/mpi/detail/p2p_op.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
 
-/// One reduce-scatter in flight (see the header comment). Made by p2p_reduce_scatters.
-class p2p_reduce_scatter {
+/// One reduce-scatter in flight (see the header comment). Made by start_reduce_scatter.
+class p2p_reduce_scatter final : public p2p_op {
  public:
-  static constexpr int max_chunks = 16;
   static constexpr std::size_t min_chunk_bytes = std::size_t{128} << 10;
-  using add_fn = void (*)(void* acc, const void* own, std::size_t n) noexcept;
 
   struct args {
     MPI_Comm comm;
@@ -63,14 +56,16 @@ class p2p_reduce_scatter {
     std::size_t m;     // elements per block
     std::size_t elem;  // bytes per element
     MPI_Datatype type;
-    add_fn add;
+    p2p_reduce_fn add;
     int tag_base;
     bool direct;  // every rank sends each block straight to its owner (see the header comment)
   };
 
   /// Posts the first step (the ring) or every step (direct). error() says whether that failed.
-  p2p_reduce_scatter(const args& a, std::unique_ptr<std::byte[]> scratch) : a_(a) {
+  p2p_reduce_scatter(const args& a, std::unique_ptr<std::byte[]> scratch, std::size_t scratch_size)
+      : a_(a) {
     scratch_ = std::move(scratch);
+    scratch_size_ = scratch_size;
     const std::size_t bytes = a_.m * a_.elem;
     chunks_ = static_cast<int>(
         std::clamp<std::size_t>(bytes / min_chunk_bytes, 1, static_cast<std::size_t>(max_chunks)));
@@ -89,9 +84,6 @@ class p2p_reduce_scatter {
     if (rc_ != MPI_SUCCESS) fail();
   }
 
-  p2p_reduce_scatter(const p2p_reduce_scatter&) = delete;
-  p2p_reduce_scatter& operator=(const p2p_reduce_scatter&) = delete;
-
   /// The scratch bytes for `size` ranks and `block_bytes` per block: direct, the received blocks
   /// after the first (n - 2); ring, the partial sums of the steps before the last, two
   /// alternating blocks (one with 3 ranks, none with 2).
@@ -99,14 +91,9 @@ class p2p_reduce_scatter {
     return static_cast<std::size_t>(direct ? size - 2 : std::min(size - 2, 2)) * block_bytes;
   }
 
-  [[nodiscard]] bool done() const noexcept { return done_; }
-  /// MPI's error code of a failed call (MPI_SUCCESS if none) and the call's name.
-  [[nodiscard]] int error() const noexcept { return rc_; }
-  [[nodiscard]] const char* failed_call() const noexcept { return call_; }
-
   /// Tests the pending transfers, adds what has arrived and starts the next steps. Never throws:
   /// a failure is kept in error() (the reduce-scatter is then done).
-  void progress() noexcept {
+  void progress() noexcept override {
     if (done_) return;
     std::vector<int>& index = index_;
     for (;;) {
@@ -158,15 +145,6 @@ class p2p_reduce_scatter {
       if (r != MPI_REQUEST_NULL) return;
     }
     done_ = true;
-  }
-
-  /// Hands back the scratch memory once done without error (a failed one keeps it: a transfer
-  /// may still write into it).
-  std::unique_ptr<std::byte[]> release_scratch() noexcept {
-    return done_ && rc_ == MPI_SUCCESS ? std::move(scratch_) : nullptr;
-  }
-  [[nodiscard]] std::size_t scratch_size() const noexcept {
-    return scratch_bytes(a_.size, a_.direct, a_.m * a_.elem);
   }
 
  private:
@@ -259,26 +237,14 @@ class p2p_reduce_scatter {
     }
   }
 
-  /// After an error: the pending transfers are released to MPI (they complete or fail on their
-  /// own), the scratch memory is leaked to them, and the ring is done.
-  void fail() noexcept {
-    for (MPI_Request& r : reqs_) {
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    }
-    (void)scratch_.release();
-    done_ = true;
-  }
+  void fail() noexcept { p2p_op::fail(reqs_.data(), reqs_.size()); }
 
   args a_;
-  std::unique_ptr<std::byte[]> scratch_;
   int chunks_ = 1;
   std::vector<MPI_Request> reqs_;  // ring: [0, chunks): sends, [chunks, 2 chunks): receives
   std::vector<int> step_;          // each chunk's current step (size - 1: finished)
   std::vector<bool> ready_;        // received and added, waiting for its send to complete
   std::vector<int> index_;
-  int rc_ = MPI_SUCCESS;
-  const char* call_ = "";
-  bool done_ = false;
 };
 
 /// Up to this many ranks every block goes straight to its owner (one round); beyond, the ring.
@@ -286,96 +252,24 @@ class p2p_reduce_scatter {
 /// reduce-scatter starts.
 inline int p2p_direct_max_ranks = 8;
 
-// g++ 12 at -O2 leaves the add below scalar (its "very cheap" vectorizer cost model), as
-// core/parallel.hpp's HONE_VECTORIZE_FUNCTION says; the same request here, without including
-// oneTBB's headers into every MPI user for a macro.
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__NVCC__)
-#define HONE_DETAIL_P2P_VECTORIZE \
-  __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define HONE_DETAIL_P2P_VECTORIZE
-#endif
-
-/// acc[i] = acc[i] + own[i]: the add, in the documented order (vectorized whatever the -O level:
-/// each element's sum is the same at any width).
+/// Starts the reduce-scatter of `in` (size * m elements) into `out` (m elements) for collective
+/// number `seq` of the communicator whose collectives `ops` holds. Check error() of the result.
 template <class T>
-HONE_DETAIL_P2P_VECTORIZE void p2p_add(void* acc, const void* own, std::size_t n) noexcept {
-  T* __restrict a = static_cast<T*>(acc);
-  const T* __restrict o = static_cast<const T*>(own);
-  for (std::size_t i = 0; i < n; ++i) a[i] = a[i] + o[i];
+std::shared_ptr<p2p_reduce_scatter> start_reduce_scatter(p2p_ops& ops, MPI_Comm comm, int rank,
+                                                         int size, const T* in, T* out,
+                                                         std::size_t m, MPI_Datatype type,
+                                                         std::uint64_t seq) {
+  ops.reserve_one();                                 // nothing throws once the transfers are posted
+  const bool direct = size <= p2p_direct_max_ranks;  // one round of latency; scratch n - 2 blocks
+  auto [scratch, bytes] =
+      ops.scratch(p2p_reduce_scatter::scratch_bytes(size, direct, m * sizeof(T)));
+  auto op = std::make_shared<p2p_reduce_scatter>(
+      p2p_reduce_scatter::args{comm, rank, size, in, out, m, sizeof(T), type, &p2p_add<T>,
+                               ops.tag_of(seq), direct},
+      std::move(scratch), bytes);
+  ops.track(op);
+  return op;
 }
-
-/// The reduce-scatters of one communicator: those in flight (progressed together) and the scratch
-/// memory of finished ones, kept for the next (at most `kept` buffers).
-class p2p_reduce_scatters {
- public:
-  static constexpr std::size_t kept = 4;
-
-  /// MPI_TAG_UB of the communicator, read once.
-  void init(MPI_Comm comm) {
-    void* value = nullptr;
-    int found = 0;
-    int ub = 32767;  // the least MPI guarantees
-    if (MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &found) == MPI_SUCCESS && found) {
-      ub = *static_cast<int*>(value);
-    }
-    slots_ = std::max(1, ub / p2p_reduce_scatter::max_chunks);
-    free_.reserve(kept);  // progress() then keeps scratch memory without allocating
-  }
-
-  /// Starts the reduce-scatter of `in` (size * m elements) into `out` (m elements) for collective
-  /// number `seq`. Check error() of the result.
-  template <class T>
-  std::shared_ptr<p2p_reduce_scatter> start(MPI_Comm comm, int rank, int size, const T* in, T* out,
-                                            std::size_t m, MPI_Datatype type, std::uint64_t seq) {
-    active_.reserve(active_.size() + 1);  // nothing throws once the transfers are posted
-    const bool direct = size <= p2p_direct_max_ranks;  // one round of latency; scratch n - 2 blocks
-    const std::size_t need = p2p_reduce_scatter::scratch_bytes(size, direct, m * sizeof(T));
-    std::unique_ptr<std::byte[]> scratch;
-    if (need > 0) {
-      auto best = free_.end();
-      for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if (it->first >= need && (best == free_.end() || it->first < best->first)) best = it;
-      }
-      if (best != free_.end()) {
-        scratch = std::move(best->second);
-        free_.erase(best);
-      } else {
-        scratch.reset(new std::byte[need]);
-      }
-    }
-    const int tag =
-        static_cast<int>(seq % static_cast<std::uint64_t>(slots_)) * p2p_reduce_scatter::max_chunks;
-    auto op = std::make_shared<p2p_reduce_scatter>(
-        p2p_reduce_scatter::args{comm, rank, size, in, out, m, sizeof(T), type, &p2p_add<T>, tag,
-                                 direct},
-        std::move(scratch));
-    if (!op->done()) active_.push_back(op);
-    return op;
-  }
-
-  /// Progresses every reduce-scatter in flight; the finished ones leave the list (their scratch
-  /// memory is kept for the next).
-  void progress() noexcept {
-    for (std::size_t i = 0; i < active_.size();) {
-      active_[i]->progress();
-      if (!active_[i]->done()) {
-        ++i;
-        continue;
-      }
-      const std::size_t size = active_[i]->scratch_size();
-      if (auto scratch = active_[i]->release_scratch(); scratch && free_.size() < kept) {
-        free_.emplace_back(size, std::move(scratch));
-      }
-      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-  }
-
- private:
-  int slots_ = 1;
-  std::vector<std::shared_ptr<p2p_reduce_scatter>> active_;
-  std::vector<std::pair<std::size_t, std::unique_ptr<std::byte[]>>> free_;
-};
 
 }  // namespace dist::detail
 HONE_NAMESPACE_END

@@ -1,0 +1,178 @@
+// hone/dist/mpi/detail/p2p_all_reduce.hpp: the all-reduce of small messages that
+// hone::dist::mpi_comm::all_reduce runs on up to p2p_direct_max_ranks ranks (docs/dist.md,
+// "all_reduce's and reduce_scatter's algorithms"). Included by hone/dist/mpi/mpi_comm.hpp; not for
+// direct use.
+//
+// Why: a non-blocking MPI_Iallreduce (Open MPI's coll/libnbc) builds and frees a schedule on every
+// call, which costs more than the transfer itself for a few KiB on one node (0.83 us against
+// blocking MPI_Allreduce's 0.42 us for 1 KiB on 2 ranks, docs/benchmarks.md). Here each rank sends
+// its whole buffer straight to every other rank and receives theirs (one round of latency; n - 1
+// copies of the whole buffer each way, which pays for small buffers only), as messages under the
+// transport's eager limit, and reduces once all have arrived, in rank order: element i becomes
+// ((v_0[i] op v_1[i]) op v_2[i]) ... op v_{n-1}[i], the same operations in the same order on every
+// rank, so every rank holds the same bits whatever the timing. Scratch memory: n - 1 received
+// buffers.
+//
+// Messages, tags and progress: p2p_op.hpp (one tag, the collective's first).
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "hone/core/config.hpp"
+#include "hone/dist/mpi/detail/p2p_op.hpp"
+#include "hone/dist/mpi/detail/p2p_reduce_scatter.hpp"
+#include "hone/dist/mpi/detail/types.hpp"
+
+HONE_NAMESPACE_BEGIN
+namespace dist::detail {
+
+/// all_reduce runs p2p_all_reduce for buffers of at most this many bytes (on at most
+/// p2p_direct_max_ranks ranks); larger ones run MPI_Iallreduce (with the ring for sums). Read when
+/// an all_reduce starts; a variable so that tests can switch the path (0: never).
+inline std::size_t p2p_all_reduce_max_bytes = std::size_t{48} << 10;
+
+/// The exchange sends a buffer as messages of at most this many bytes (at most max_messages per
+/// peer: larger pieces when that is not enough). 4032: under the eager limit of Open MPI's
+/// shared-memory transport (btl/vader: 4096 bytes with the header), so that no message waits for
+/// the rendezvous handshake and single copy (about 2 us more for one 4 KiB message, measured).
+inline std::size_t p2p_all_reduce_message_bytes = 4032;
+
+/// acc[i] = max(acc[i], other[i]) with hone's rule for NaN and signed zeros on floats.
+template <class T>
+HONE_DETAIL_P2P_VECTORIZE void p2p_max(void* acc, const void* other, std::size_t n) noexcept {
+  T* __restrict a = static_cast<T*>(acc);
+  const T* __restrict o = static_cast<const T*>(other);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      a[i] = nan_max(a[i], o[i]);
+    } else {
+      a[i] = a[i] < o[i] ? o[i] : a[i];
+    }
+  }
+}
+
+/// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
+class p2p_all_reduce final : public p2p_op {
+ public:
+  static constexpr int max_ranks = 8;
+  static constexpr int max_messages = 16;  // per peer and direction
+  static_assert(max_messages <= max_chunks, "the messages' tags must not reach the next slot's");
+
+  struct args {
+    MPI_Comm comm;
+    int rank, size;  // 2 <= size <= max_ranks
+    void* data;      // in place
+    std::size_t n;   // elements
+    std::size_t elem;
+    MPI_Datatype type;
+    p2p_reduce_fn op;
+    int tag;
+  };
+
+  /// The scratch bytes: the other ranks' buffers.
+  static std::size_t scratch_bytes(int size, std::size_t bytes) noexcept {
+    return static_cast<std::size_t>(size - 1) * bytes;
+  }
+
+  /// Posts every receive and send. error() says whether that failed.
+  p2p_all_reduce(const args& a, std::unique_ptr<std::byte[]> scratch, std::size_t scratch_size)
+      : a_(a) {
+    scratch_ = std::move(scratch);
+    scratch_size_ = scratch_size;
+    const std::size_t per =
+        std::max<std::size_t>({1, p2p_all_reduce_message_bytes / a_.elem,
+                               (a_.n + max_messages - 1) / static_cast<std::size_t>(max_messages)});
+    const int messages = static_cast<int>((a_.n + per - 1) / per);
+    count_ = 2 * (a_.size - 1) * messages;
+    int k = 0;
+    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
+      if (q == a_.rank) continue;
+      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
+        const std::size_t begin = per * static_cast<std::size_t>(c);
+        rc_ = MPI_Irecv(static_cast<std::byte*>(block(q)) + begin * a_.elem,
+                        static_cast<int>(std::min(per, a_.n - begin)), a_.type, q, a_.tag + c,
+                        a_.comm, &reqs_[k++]);
+      }
+    }
+    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
+      if (q == a_.rank) continue;
+      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
+        const std::size_t begin = per * static_cast<std::size_t>(c);
+        rc_ = MPI_Isend(static_cast<const std::byte*>(a_.data) + begin * a_.elem,
+                        static_cast<int>(std::min(per, a_.n - begin)), a_.type, q, a_.tag + c,
+                        a_.comm, &reqs_[k++]);
+      }
+    }
+    if (rc_ != MPI_SUCCESS) {
+      call_ = "MPI_Isend/MPI_Irecv";
+      fail(reqs_.data(), static_cast<std::size_t>(k));
+    }
+  }
+
+  /// Tests the transfers; once all are complete, reduces in rank order into the buffer.
+  void progress() noexcept override {
+    if (done_) return;
+    int complete = 0;
+    const int rc = MPI_Testall(count_, reqs_.data(), &complete, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      rc_ = rc;
+      call_ = "MPI_Testall";
+      fail(reqs_.data(), static_cast<std::size_t>(count_));
+      return;
+    }
+    if (complete == 0) return;
+    // Every send has completed, so the buffer may change; v_0 first on every rank.
+    void* acc = a_.rank == 0 ? a_.data : block(0);
+    for (int q = 1; q < a_.size; ++q) {
+      a_.op(acc, q == a_.rank ? a_.data : block(q), a_.n);
+    }
+    if (acc != a_.data) std::memcpy(a_.data, acc, a_.n * a_.elem);
+    done_ = true;
+  }
+
+ private:
+  /// Where rank q's buffer arrives (q != rank).
+  [[nodiscard]] void* block(int q) const noexcept {
+    const int slot = q < a_.rank ? q : q - 1;
+    return scratch_.get() + static_cast<std::size_t>(slot) * a_.n * a_.elem;
+  }
+
+  args a_;
+  int count_ = 0;
+  std::array<MPI_Request, 2 * (max_ranks - 1) * max_messages> reqs_;  // receives, then sends
+};
+
+/// Whether all_reduce of `bytes` bytes on `size` ranks runs p2p_all_reduce.
+[[nodiscard]] inline bool p2p_all_reduce_fits(int size, std::size_t bytes) noexcept {
+  return size > 1 && size <= p2p_direct_max_ranks && size <= p2p_all_reduce::max_ranks &&
+         bytes > 0 && bytes <= p2p_all_reduce_max_bytes;
+}
+
+/// Starts the all-reduce (op: sum when `sum`, else max) of `data` (n elements) for collective
+/// number `seq` of the communicator whose collectives `ops` holds. Check error() of the result.
+template <class T>
+std::shared_ptr<p2p_all_reduce> start_all_reduce(p2p_ops& ops, MPI_Comm comm, int rank, int size,
+                                                 T* data, std::size_t n, MPI_Datatype type,
+                                                 bool sum, std::uint64_t seq) {
+  ops.reserve_one();  // nothing throws once the transfers are posted
+  auto [scratch, bytes] = ops.scratch(p2p_all_reduce::scratch_bytes(size, n * sizeof(T)));
+  auto op = std::make_shared<p2p_all_reduce>(
+      p2p_all_reduce::args{comm, rank, size, data, n, sizeof(T), type,
+                           sum ? &p2p_add<T> : &p2p_max<T>, ops.tag_of(seq)},
+      std::move(scratch), bytes);
+  ops.track(op);
+  return op;
+}
+
+}  // namespace dist::detail
+HONE_NAMESPACE_END
