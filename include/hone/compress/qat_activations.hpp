@@ -40,16 +40,23 @@
 // place in the model, one forward before each backward); it is not recomputed from x, whose
 // quantization parameters may have moved since.
 //
+// State (for checkpoints, qat_checkpoint.hpp): state() reads everything a quantizer has learned,
+// restore() sets it, so that a resumed run continues bit for bit as the uninterrupted one: the
+// observer's range and whether it has seen a batch, the scale and zero point, the observations
+// count and the two switches (the options travel with it and must match). The mask of the last
+// forward is not state: restore() forgets it, and backward must follow a forward as always.
+//
 // Options: quint8 affine 0..255 (the default, torch's default activation fake-quant), symmetric
 // qint8 -128..127 (zero point 0, scale = max|x| / 127.5, torch's per_tensor_symmetric qint8), or
 // any quant_min < quant_max in [-32768, 65535] (affine; symmetric needs quant_min < 0 < quant_max).
 // torch's quint8 symmetric (zero point 128) is not offered: use the affine scheme or qint8.
 //
-// Errors (hone::config_error sentences; a refused forward leaves the quantizer unchanged): an
-// empty, mismatched or partly overlapping span, a NaN or infinity in x (naming the index), backward
-// before any forward or with another size than the last forward, a range too wide for a finite
-// float scale, bad options, a conversion from a quantizer that observed nothing or whose range does
-// not span 256 codes.
+// Errors (hone::config_error sentences; a refused forward or restore leaves the quantizer
+// unchanged): an empty, mismatched or partly overlapping span, a NaN or infinity in x (naming the
+// index), backward before any forward or with another size than the last forward, a range too wide
+// for a finite float scale, bad options, a conversion from a quantizer that observed nothing or
+// whose range does not span 256 codes, a restored state that is not one a quantizer with these
+// options can be in.
 //
 // Bit-for-bit agreement with torch: the observer's `lo + c * (min - lo)` is kept from fusing into
 // a multiply-add (quant.hpp, HONE_DETAIL_OPAQUE_FP), whatever the target and -ffp-contract; the
@@ -61,6 +68,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <span>
@@ -136,6 +144,89 @@ inline void check_fake_quant_options(const activation_fake_quant_options& o) {
                    std::to_string(o.averaging_constant) +
                    "; it must lie in (0, 1] (torch's "
                    "default is 0.01).");
+}
+
+}  // namespace detail
+
+/// Everything an activation_fake_quant has learned (state() / restore(); qat_checkpoint.hpp saves
+/// it in torch's FakeQuantize layout). Not state: the mask of the last forward.
+struct activation_fake_quant_state {
+  activation_fake_quant_options options{};  ///< must match the restored quantizer's options
+  bool seen = false;        ///< whether the observer has seen a batch (torch: min_val != +inf)
+  quant_range range{};      ///< the observer's [lo, hi] when seen (ignored when not)
+  affine_params qparams{};  ///< the scale and zero point forward uses (scale 1, zero point 0 new)
+  std::uint64_t observations = 0;  ///< batches observed: > 0 exactly when seen
+  bool observer_enabled = true;    ///< torch's observer_enabled
+  bool fake_quant_enabled = true;  ///< torch's fake_quant_enabled
+};
+
+namespace detail {
+
+/// A float in an error sentence (nine significant digits: it reads back as the same float).
+inline std::string fq_number(float v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", static_cast<double>(v));
+  return b;
+}
+
+inline std::string fake_quant_options_string(const activation_fake_quant_options& o) {
+  std::string s = o.observer == fake_quant_observer::minmax ? "min-max observer"
+                                                            : "moving-average min-max observer";
+  if (o.observer == fake_quant_observer::moving_average_minmax) {
+    s += " (averaging constant " + fq_number(o.averaging_constant) + ")";
+  }
+  s += o.scheme == fake_quant_scheme::symmetric ? ", symmetric" : ", affine";
+  return s + ", codes [" + std::to_string(o.quant_min) + ", " + std::to_string(o.quant_max) + "]";
+}
+
+/// Whether two option sets quantize alike (the averaging constant counts for the moving average
+/// only, bit for bit).
+inline bool same_fake_quant_options(const activation_fake_quant_options& a,
+                                    const activation_fake_quant_options& b) {
+  return a.observer == b.observer && a.scheme == b.scheme && a.quant_min == b.quant_min &&
+         a.quant_max == b.quant_max &&
+         (a.observer == fake_quant_observer::minmax ||
+          std::bit_cast<std::uint32_t>(a.averaging_constant) ==
+              std::bit_cast<std::uint32_t>(b.averaging_constant));
+}
+
+/// What is wrong with restoring state `s` into a quantizer with options `o` (empty: nothing): a
+/// sentence, without the caller's name.
+inline std::string fake_quant_state_problem(const activation_fake_quant_state& s,
+                                            const activation_fake_quant_options& o) {
+  if (!same_fake_quant_options(s.options, o)) {
+    return "the state was saved by a quantizer with " + fake_quant_options_string(s.options) +
+           ", but this one has " + fake_quant_options_string(o) +
+           "; construct the quantizer with the options it was trained with.";
+  }
+  if (!std::isfinite(s.qparams.scale) || !(s.qparams.scale > 0.0f)) {
+    return "the scale is " + fq_number(s.qparams.scale) +
+           "; a quantizer's scale is finite and positive (the checkpoint is damaged or not a "
+           "quantizer's).";
+  }
+  if (s.qparams.zero_point < o.quant_min || s.qparams.zero_point > o.quant_max) {
+    return "the zero point " + std::to_string(s.qparams.zero_point) + " lies outside the codes [" +
+           std::to_string(o.quant_min) + ", " + std::to_string(o.quant_max) +
+           "]; restore into a quantizer with the code range it was trained with.";
+  }
+  if (o.scheme == fake_quant_scheme::symmetric && s.qparams.zero_point != 0) {
+    return "the zero point is " + std::to_string(s.qparams.zero_point) +
+           ", but the symmetric scheme's is 0; restore into a quantizer with the scheme it was "
+           "trained with.";
+  }
+  if (s.seen &&
+      !(std::isfinite(s.range.lo) && std::isfinite(s.range.hi) && s.range.lo <= s.range.hi)) {
+    return "the observer's range [" + fq_number(s.range.lo) + ", " + fq_number(s.range.hi) +
+           "] is not finite with lo <= hi, as the range of an observer that has seen a batch is.";
+  }
+  if (s.seen != (s.observations > 0)) {
+    return s.seen ? "the observer has seen a batch but the observations count is 0; the count is "
+                    "at least 1 once a batch was observed."
+                  : "the observations count is " + std::to_string(s.observations) +
+                        " but the observer has seen no batch; the count is 0 until a batch is "
+                        "observed.";
+  }
+  return {};
 }
 
 }  // namespace detail
@@ -291,6 +382,40 @@ class activation_fake_quant {
   /// How many batches the observer has seen.
   [[nodiscard]] std::uint64_t observations() const noexcept { return observations_; }
   [[nodiscard]] const activation_fake_quant_options& options() const noexcept { return o_; }
+
+  // ---- the learned state (checkpoints: qat_checkpoint.hpp) ----
+  /// Everything the quantizer has learned: options, the observer's range and whether it has seen
+  /// a batch, the scale and zero point, the observations count, the switches.
+  [[nodiscard]] activation_fake_quant_state state() const {
+    activation_fake_quant_state s;
+    s.options = o_;
+    s.seen = std::visit([](const auto& o) { return o.seen(); }, obs_);
+    s.range = observed_range();
+    s.qparams = qp_;
+    s.observations = observations_;
+    s.observer_enabled = observer_on_;
+    s.fake_quant_enabled = fake_quant_on_;
+    return s;
+  }
+
+  /// Sets the state that state() read, so that the next forwards continue bit for bit as in the
+  /// quantizer it was read from. config_error (and the quantizer unchanged) when the options
+  /// differ from this quantizer's, the scale is not finite and positive, the zero point lies
+  /// outside [quant_min, quant_max] (or is not 0 for the symmetric scheme), a seen range is not
+  /// finite with lo <= hi, or the observations count is 0 for a seen range or not 0 for an unseen
+  /// one. The mask of the last forward is not state: it is forgotten (backward needs a forward).
+  void restore(const activation_fake_quant_state& s) {
+    const std::string problem = detail::fake_quant_state_problem(s, o_);
+    HONE_REQUIRE(problem.empty(), "hone::compress::activation_fake_quant::restore: " + problem);
+    std::visit([&](auto& o) { o.restore(s.seen, s.range); }, obs_);
+    qp_ = s.qparams;
+    observations_ = s.observations;
+    observer_on_ = s.observer_enabled;
+    fake_quant_on_ = s.fake_quant_enabled;
+    mask_.clear();
+    size_ = 0;
+    clipped_ = 0;
+  }
 
   // ---- the last forward's mask ----
   /// The number of values of the last forward (0 before any).

@@ -206,6 +206,17 @@ struct quant_range {
   float lo = 0.0f, hi = 0.0f;
 };
 
+namespace detail {
+/// A restored observer state: seen needs a finite range with lo <= hi.
+inline void check_observer_state(bool seen, quant_range r, const char* who) {
+  HONE_REQUIRE(!seen || (std::isfinite(r.lo) && std::isfinite(r.hi) && r.lo <= r.hi),
+               std::string(who) + ": the range [" + std::to_string(r.lo) + ", " +
+                   std::to_string(r.hi) +
+                   "] of an observer that has seen values must be finite with lo <= hi; restore "
+                   "the state an observer saved (seen() and range()).");
+}
+}  // namespace detail
+
 /// Symmetric int8 scale for a range: max(|lo|, |hi|) / 127.
 [[nodiscard]] inline float symmetric_scale(quant_range r) noexcept {
   return std::max(std::fabs(r.lo), std::fabs(r.hi)) / 127.0f;
@@ -239,6 +250,20 @@ class minmax_observer {
   /// The range seen so far ({0, 0} before any value).
   [[nodiscard]] quant_range range() const noexcept {
     return seen_ ? quant_range{lo_, hi_} : quant_range{};
+  }
+  /// Whether a value has been observed (the observer's state is seen() and range()).
+  [[nodiscard]] bool seen() const noexcept { return seen_; }
+  /// Sets the state that seen() and range() read (a checkpoint's): not seen starts afresh (r is
+  /// ignored); seen needs a finite r with lo <= hi (config_error otherwise). Later batches then
+  /// continue bit for bit as in the observer the state was read from.
+  void restore(bool seen, quant_range r) {
+    detail::check_observer_state(seen, r, "hone::compress::minmax_observer::restore");
+    *this = minmax_observer{};
+    if (seen) {
+      lo_ = r.lo;
+      hi_ = r.hi;
+      seen_ = true;
+    }
   }
 
  private:
@@ -277,6 +302,20 @@ class moving_average_minmax_observer {
   }
   [[nodiscard]] quant_range range() const noexcept {
     return seen_ ? quant_range{lo_, hi_} : quant_range{};
+  }
+  /// Whether a batch has been observed (the observer's state is seen() and range(); the averaging
+  /// constant is an option, not state).
+  [[nodiscard]] bool seen() const noexcept { return seen_; }
+  [[nodiscard]] float averaging_constant() const noexcept { return c_; }
+  /// Sets the state that seen() and range() read (a checkpoint's): not seen starts afresh (r is
+  /// ignored); seen needs a finite r with lo <= hi (config_error otherwise). Later batches then
+  /// continue bit for bit as in the observer the state was read from.
+  void restore(bool seen, quant_range r) {
+    detail::check_observer_state(seen, r,
+                                 "hone::compress::moving_average_minmax_observer::restore");
+    lo_ = seen ? r.lo : 0.0f;
+    hi_ = seen ? r.hi : 0.0f;
+    seen_ = seen;
   }
 
  private:
