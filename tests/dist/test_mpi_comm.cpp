@@ -2,7 +2,7 @@
 // rank computes alone (rank-dependent data whose reduction over the ranks is known in closed
 // form), with sizes that are not multiples of the rank count, empty spans, max's NaN and signed
 // zero rule, requests waited out of order, and argument checks, and that all_reduce asks Open MPI
-// for its ring only while it starts; reduce_scatter's own transfers (float and double sums): the
+// for its ring only while it starts; reduce_scatter's own transfers (every type, sum and max): the
 // bits of its documented order in both schedules, repeatable, several in flight, and the timeout;
 // all_reduce's own exchange of small messages: the bits of its rank order, and the max, sum and
 // integer tests above through both of all_reduce's paths.
@@ -399,7 +399,7 @@ BOOST_AUTO_TEST_CASE(reduce_scatter_sums_in_its_documented_order) {
 }
 
 // Several reduce-scatters in flight at once (their messages apart by tag), interleaved with
-// libnbc collectives and waited in reverse order; the integer sum keeps MPI's own collective.
+// libnbc collectives and waited in reverse order, with an integer reduce-scatter.
 BOOST_AUTO_TEST_CASE(reduce_scatters_in_flight_together) {
   auto c = make_comm();
   with_both_schedules([&] {
@@ -441,6 +441,108 @@ BOOST_AUTO_TEST_CASE(reduce_scatters_in_flight_together) {
 
 // A reduce-scatter (direct and ring) that one rank joins late: the others' wait() times out naming
 // that rank, the request stays pending, and it completes with the right bits once the rank arrives.
+namespace {
+/// The 16-bit floats' reduction as mpi_comm documents it: widened to float, added, rounded back.
+template <class T>
+T add16(T a, T b) {
+  return T(static_cast<float>(a) + static_cast<float>(b));
+}
+template <class T>
+T input16(int rank, std::size_t j) {
+  return T(inexact<float>(rank, j) - 100.0f);
+}
+template <class T>
+bool same16(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// reduce_scatter of 16-bit sums in the documented order (each add rounded to T), and max with
+/// NaN and signed zeros, on bfloat16 or half; all_reduce of 16-bit sums in rank order.
+template <class T>
+void check_16_bit_and_max(hd::mpi_comm& c, std::size_t m) {
+  const int n = c.size();
+  const std::size_t total = m * static_cast<std::size_t>(n);
+  std::vector<T> in(total), out(m, T(-1.0f)), oracle(m);
+  for (std::size_t j = 0; j < total; ++j) in[j] = input16<T>(c.rank(), j);
+  const std::size_t base = static_cast<std::size_t>(c.rank()) * m;
+  for (std::size_t k = 0; k < m; ++k) {
+    T acc = input16<T>((c.rank() + 1) % n, base + k);
+    for (int step = 2; step <= n; ++step)
+      acc = add16(acc, input16<T>((c.rank() + step) % n, base + k));
+    oracle[k] = acc;
+  }
+  c.reduce_scatter(std::span<const T>(in), std::span<T>(out), hd::reduce_op::sum).wait();
+  BOOST_TEST(same16(out, oracle), "16-bit sum, m = " << m);
+  // max: the largest rank's value; NaN on the last rank at k % 5 == 1; +0 over -0 at k % 5 == 2.
+  for (std::size_t j = 0; j < total; ++j) {
+    in[j] = T(static_cast<float>((j + 7 * static_cast<std::size_t>(c.rank())) % 11));
+    if (j % 5 == 1 && c.rank() == n - 1) in[j] = T(std::numeric_limits<float>::quiet_NaN());
+    if (j % 5 == 2) in[j] = T(c.rank() == 0 ? 0.0f : -0.0f);
+  }
+  c.reduce_scatter(std::span<const T>(in), std::span<T>(out), hd::reduce_op::max).wait();
+  std::size_t wrong = 0;
+  for (std::size_t k = 0; k < m; ++k) {
+    const float v = static_cast<float>(out[k]);
+    const std::size_t j = base + k;
+    if (j % 5 == 1) {
+      wrong += !std::isnan(v);
+    } else if (j % 5 == 2) {
+      wrong += !(v == 0.0f && !std::signbit(v));
+    } else {
+      wrong += v != static_cast<float>(max_oracle(n, j));
+    }
+  }
+  BOOST_TEST(wrong == 0u, "16-bit max, m = " << m);
+  // all_reduce: rank order, each add rounded to T.
+  std::vector<T> x(m), expect(m);
+  for (std::size_t k = 0; k < m; ++k) {
+    x[k] = input16<T>(c.rank(), k);
+    T acc = input16<T>(0, k);
+    for (int r = 1; r < n; ++r) acc = add16(acc, input16<T>(r, k));
+    expect[k] = acc;
+  }
+  c.all_reduce(std::span<T>(x), hd::reduce_op::sum).wait();
+  if (m * sizeof(T) <= hd::detail::p2p_all_reduce_max_bytes) {
+    BOOST_TEST(same16(x, expect), "16-bit all_reduce, m = " << m);
+  }
+}
+}  // namespace
+
+// reduce_scatter's own transfers take every element type and both reductions: the 16-bit floats'
+// sums in the documented order with each add rounded (bfloat16's 8 bits round at every add), their
+// max and float's with the NaN and signed-zero rule, int32 sums; both schedules; and the 16-bit
+// all_reduce in rank order through the exchange.
+BOOST_AUTO_TEST_CASE(reduce_scatter_16_bit_max_and_integers_in_the_documented_order) {
+  auto c = make_comm();
+  with_both_schedules([&] {
+    for (std::size_t m : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
+      check_16_bit_and_max<hone::bfloat16>(c, m);
+      check_16_bit_and_max<hone::half>(c, m);
+    }
+    const auto n = static_cast<std::size_t>(c.size());
+    std::vector<float> f(5 * n), fo(5);
+    for (std::size_t j = 0; j < f.size(); ++j) f[j] = -static_cast<float>(j) - 1.0f;
+    if (c.rank() == 0)
+      f[static_cast<std::size_t>(c.size() - 1) * 5 + 3] = NAN;  // last rank's block
+    f[2] = c.rank() == 0 ? -0.0f : 0.0f;
+    c.reduce_scatter(std::span<const float>(f), std::span<float>(fo), hd::reduce_op::max).wait();
+    if (c.rank() == c.size() - 1) BOOST_TEST(std::isnan(fo[3]));
+    if (c.rank() == 0) BOOST_TEST((fo[2] == 0.0f && !std::signbit(fo[2])));
+    std::vector<std::int32_t> ints(4 * n), io(4);
+    for (std::size_t j = 0; j < ints.size(); ++j) {
+      ints[j] = static_cast<std::int32_t>(j) * (c.rank() + 1) - 1000;
+    }
+    c.reduce_scatter(std::span<const std::int32_t>(ints), std::span<std::int32_t>(io),
+                     hd::reduce_op::sum)
+        .wait();
+    const int tri = c.size() * (c.size() + 1) / 2;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const auto j = static_cast<std::int32_t>(static_cast<std::size_t>(c.rank()) * 4 + k);
+      BOOST_TEST(io[k] == j * tri - 1000 * c.size());
+    }
+  });
+}
+
 // all_reduce's own exchange (detail/p2p_all_reduce.hpp) sums in rank order on every rank:
 // element i is ((v_0 + v_1) + v_2) ..., the same bits on every rank and in every run, with two in
 // flight at once.

@@ -36,15 +36,15 @@
 // time, any thread); ask for thread_level::multiple to call from several threads at once. One
 // mpi_comm and its requests are used from one thread at a time.
 //
-// all_reduce of at most 48 KiB on up to 8 ranks (not the 16-bit floats) runs hone's own exchange
+// all_reduce of at most 48 KiB on up to 8 ranks runs hone's own exchange
 // (detail/p2p_all_reduce.hpp: every rank sends its buffer to every other and reduces in rank
 // order; libnbc's per-call schedule costs more than such a transfer); larger sums ask Open MPI
 // for the ring algorithm (detail/iallreduce_ring.hpp: its default for an in-place MPI_Iallreduce
-// on fewer than 4 ranks sends every byte through rank 0 twice). reduce_scatter's float and double
-// sums run hone's own MPI_Isend/MPI_Irecv chunks (detail/p2p_reduce_scatter.hpp; libnbc's only
+// on fewer than 4 ranks sends every byte through rank 0 twice). reduce_scatter on more than one
+// rank runs hone's own MPI_Isend/MPI_Irecv chunks (detail/p2p_reduce_scatter.hpp; libnbc's only
 // MPI_Ireduce_scatter_block reduces everything on rank 0): each block sent straight to its owner
-// up to 8 ranks, a ring beyond; either way block b is summed in the fixed order
-// in_{b+1} + in_{b+2} + ... + in_b (ranks mod n). Both are driven by the requests' test() and
+// up to 8 ranks, a ring beyond; either way block b is reduced in the fixed order
+// in_{b+1} op in_{b+2} op ... op in_b (ranks mod n). Both are driven by the requests' test() and
 // wait().
 //
 // Element types: float, double, std::int32_t, std::int64_t, and the 16-bit floats hone::bfloat16
@@ -651,15 +651,12 @@ class mpi_comm {
   [[nodiscard]] request all_reduce(std::span<T> data, reduce_op op) {
     const int count = checked_count(data.size(), "all_reduce");
     // Small messages on a few ranks: hone's own exchange (detail/p2p_all_reduce.hpp).
-    if constexpr (!detail::is_float16_v<T>) {
-      if (detail::p2p_all_reduce_fits(size(), data.size_bytes())) {
-        auto p2p = detail::start_all_reduce(state_->p2p, state_->comm, rank(), size(), data.data(),
-                                            data.size(), detail::mpi_type<T>(),
-                                            op == reduce_op::sum, state_->sequence);
-        check(p2p->error(), "all_reduce", p2p->failed_call());
-        return started(MPI_REQUEST_NULL, "all_reduce", to_string(op), data.size(),
-                       detail::type_name<T>(), std::move(p2p));
-      }
+    if (detail::p2p_all_reduce_fits(size(), data.size_bytes())) {
+      auto p2p = detail::start_all_reduce(state_->p2p, state_->comm, rank(), size(), data.data(),
+                                          data.size(), detail::mpi_type<T>(), op, state_->sequence);
+      check(p2p->error(), "all_reduce", p2p->failed_call());
+      return started(MPI_REQUEST_NULL, "all_reduce", to_string(op), data.size(),
+                     detail::type_name<T>(), std::move(p2p));
     }
     MPI_Request r = MPI_REQUEST_NULL;
     const auto start = [&] {
@@ -686,16 +683,14 @@ class mpi_comm {
                      " ranks; pad the input to a multiple of the number of ranks");
     require_disjoint(in, std::span<const T>(out), "reduce_scatter");
     checked_count(in.size(), "reduce_scatter");
-    // Float and double sums with something to move: hone's own transfers (header comment).
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      if (op == reduce_op::sum && size() > 1 && !out.empty()) {
-        auto p2p = detail::start_reduce_scatter(state_->p2p, state_->comm, rank(), size(),
-                                                in.data(), out.data(), out.size(),
-                                                detail::mpi_type<T>(), state_->sequence);
-        check(p2p->error(), "reduce_scatter", p2p->failed_call());
-        return started(MPI_REQUEST_NULL, "reduce_scatter", to_string(op), in.size(),
-                       detail::type_name<T>(), std::move(p2p));
-      }
+    // Something to move: hone's own transfers (header comment).
+    if (size() > 1 && !out.empty()) {
+      auto p2p = detail::start_reduce_scatter(state_->p2p, state_->comm, rank(), size(), in.data(),
+                                              out.data(), out.size(), detail::mpi_type<T>(), op,
+                                              state_->sequence);
+      check(p2p->error(), "reduce_scatter", p2p->failed_call());
+      return started(MPI_REQUEST_NULL, "reduce_scatter", to_string(op), in.size(),
+                     detail::type_name<T>(), std::move(p2p));
     }
     MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Ireduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()),

@@ -47,20 +47,6 @@ inline std::size_t p2p_all_reduce_max_bytes = std::size_t{48} << 10;
 /// the rendezvous handshake and single copy (about 2 us more for one 4 KiB message, measured).
 inline std::size_t p2p_all_reduce_message_bytes = 4032;
 
-/// acc[i] = max(acc[i], other[i]) with hone's rule for NaN and signed zeros on floats.
-template <class T>
-HONE_DETAIL_P2P_VECTORIZE void p2p_max(void* acc, const void* other, std::size_t n) noexcept {
-  T* __restrict a = static_cast<T*>(acc);
-  const T* __restrict o = static_cast<const T*>(other);
-  for (std::size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_floating_point_v<T>) {
-      a[i] = nan_max(a[i], o[i]);
-    } else {
-      a[i] = a[i] < o[i] ? o[i] : a[i];
-    }
-  }
-}
-
 /// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
 class p2p_all_reduce final : public p2p_op {
  public:
@@ -158,20 +144,20 @@ class p2p_all_reduce final : public p2p_op {
          bytes > 0 && bytes <= p2p_all_reduce_max_bytes;
 }
 
-/// Starts the all-reduce (op: sum when `sum`, else max) of `data` (n elements) for collective
-/// number `seq` of the communicator whose collectives `ops` holds. Check error() of the result.
+/// Starts the all-reduce (`op`) of `data` (n elements) for collective number `seq` of the
+/// communicator whose collectives `ops` holds. Check error() of the result.
 template <class T>
 std::shared_ptr<p2p_all_reduce> start_all_reduce(p2p_ops& ops, MPI_Comm comm, int rank, int size,
                                                  T* data, std::size_t n, MPI_Datatype type,
-                                                 bool sum, std::uint64_t seq) {
+                                                 reduce_op op, std::uint64_t seq) {
   ops.reserve_one();  // nothing throws once the transfers are posted
   auto [scratch, bytes] = ops.scratch(p2p_all_reduce::scratch_bytes(size, n * sizeof(T)));
-  auto op = std::make_shared<p2p_all_reduce>(
-      p2p_all_reduce::args{comm, rank, size, data, n, sizeof(T), type,
-                           sum ? &p2p_add<T> : &p2p_max<T>, ops.tag_of(seq)},
+  auto started = std::make_shared<p2p_all_reduce>(
+      p2p_all_reduce::args{comm, rank, size, data, n, sizeof(T), type, p2p_reduction<T>(op),
+                           ops.tag_of(seq)},
       std::move(scratch), bytes);
-  ops.track(op);
-  return op;
+  ops.track(started);
+  return started;
 }
 
 }  // namespace dist::detail

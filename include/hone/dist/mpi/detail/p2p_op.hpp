@@ -20,10 +20,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "hone/core/config.hpp"
+#include "hone/dist/mpi/detail/types.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
@@ -91,6 +93,46 @@ HONE_DETAIL_P2P_VECTORIZE void p2p_add(void* acc, const void* other, std::size_t
   T* __restrict a = static_cast<T*>(acc);
   const T* __restrict o = static_cast<const T*>(other);
   for (std::size_t i = 0; i < n; ++i) a[i] = a[i] + o[i];
+}
+
+/// acc[i] = max(acc[i], other[i]) with hone's rule for NaN and signed zeros on floats.
+template <class T>
+HONE_DETAIL_P2P_VECTORIZE void p2p_max(void* acc, const void* other, std::size_t n) noexcept {
+  T* __restrict a = static_cast<T*>(acc);
+  const T* __restrict o = static_cast<const T*>(other);
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      a[i] = nan_max(a[i], o[i]);
+    } else {
+      a[i] = a[i] < o[i] ? o[i] : a[i];
+    }
+  }
+}
+
+/// The 16-bit floats (hone::bfloat16, hone::half) as mpi_comm's own MPI operations combine them
+/// (types.hpp): each pair widened to float, added (or nan_max), rounded back to T.
+template <class T>
+void p2p_float16_add(void* acc, const void* other, std::size_t n) noexcept {
+  T* a = static_cast<T*>(acc);
+  const T* o = static_cast<const T*>(other);
+  for (std::size_t i = 0; i < n; ++i) a[i] = T(static_cast<float>(a[i]) + static_cast<float>(o[i]));
+}
+template <class T>
+void p2p_float16_max(void* acc, const void* other, std::size_t n) noexcept {
+  T* a = static_cast<T*>(acc);
+  const T* o = static_cast<const T*>(other);
+  for (std::size_t i = 0; i < n; ++i)
+    a[i] = T(nan_max(static_cast<float>(a[i]), static_cast<float>(o[i])));
+}
+
+/// The element-wise reduction of reduce_op `op` on T that the point-to-point collectives apply.
+template <class T>
+[[nodiscard]] p2p_reduce_fn p2p_reduction(reduce_op op) noexcept {
+  if constexpr (is_float16_v<T>) {
+    return op == reduce_op::sum ? &p2p_float16_add<T> : &p2p_float16_max<T>;
+  } else {
+    return op == reduce_op::sum ? &p2p_add<T> : &p2p_max<T>;
+  }
 }
 
 /// The collectives of one communicator: those in flight (progressed together) and the scratch

@@ -1,6 +1,7 @@
 // hone/dist/mpi/detail/p2p_reduce_scatter.hpp: the reduce-scatter of point-to-point chunks that
-// hone::dist::mpi_comm::reduce_scatter runs for float and double sums (docs/dist.md, "all_reduce's
-// and reduce_scatter's algorithms"). Included by hone/dist/mpi/mpi_comm.hpp; not for direct use.
+// hone::dist::mpi_comm::reduce_scatter runs on more than one rank, for every element type and both
+// reductions (docs/dist.md, "all_reduce's and reduce_scatter's algorithms"). Included by
+// hone/dist/mpi/mpi_comm.hpp; not for direct use.
 //
 // Open MPI's non-blocking MPI_Ireduce_scatter_block (coll/libnbc) has one algorithm, with no
 // control variable to change it: a binomial reduce of the whole input to rank 0, then a scatter of
@@ -20,9 +21,10 @@
 //
 // Summation order, the same in both schedules: block b's sum is
 // ((in_{b+1} + in_{b+2}) + ...) + in_b (ranks mod n; each add is partial + next input, the owner's
-// own input last). The order is fixed (it does not depend on timing or on the size), so a job
-// gives the same bits run after run; it differs from Open MPI's tuned component's order in the
-// last bits of a float.
+// own input last; "+" is the reduction: for the 16-bit floats each add widens to float and rounds
+// back, as mpi_comm's own MPI operations do; max does not depend on the order). The order is fixed
+// (it does not depend on timing or on the size), so a job gives the same bits run after run; it
+// differs from Open MPI's tuned component's order in the last bits of a float.
 //
 // Messages, tags and progress: p2p_op.hpp.
 #pragma once
@@ -258,17 +260,17 @@ template <class T>
 std::shared_ptr<p2p_reduce_scatter> start_reduce_scatter(p2p_ops& ops, MPI_Comm comm, int rank,
                                                          int size, const T* in, T* out,
                                                          std::size_t m, MPI_Datatype type,
-                                                         std::uint64_t seq) {
+                                                         reduce_op op, std::uint64_t seq) {
   ops.reserve_one();                                 // nothing throws once the transfers are posted
   const bool direct = size <= p2p_direct_max_ranks;  // one round of latency; scratch n - 2 blocks
   auto [scratch, bytes] =
       ops.scratch(p2p_reduce_scatter::scratch_bytes(size, direct, m * sizeof(T)));
-  auto op = std::make_shared<p2p_reduce_scatter>(
-      p2p_reduce_scatter::args{comm, rank, size, in, out, m, sizeof(T), type, &p2p_add<T>,
+  auto started = std::make_shared<p2p_reduce_scatter>(
+      p2p_reduce_scatter::args{comm, rank, size, in, out, m, sizeof(T), type, p2p_reduction<T>(op),
                                ops.tag_of(seq), direct},
       std::move(scratch), bytes);
-  ops.track(op);
-  return op;
+  ops.track(started);
+  return started;
 }
 
 }  // namespace dist::detail
