@@ -13,13 +13,15 @@
 // given bytes, `out` of bytes / ranks) + wait() against raw MPI_Reduce_scatter_block (Open MPI's
 // coll/tuned), 4 KiB .. 64 MiB of input in powers of 4 (sizes rounded down to a multiple of the
 // ranks). Rows: mpi (MPI_Reduce_scatter_block), hone, and mpi_nb (MPI_Ireduce_scatter_block +
-// MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring).
+// MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring). With
+// --type bf16 the elements are hone::bfloat16 (data_parallel's bf16 wire): MPI's rows then use an
+// MPI_Op with the same sum as mpi_comm's (each pair widened to float, added, rounded back).
 //
 // Run under mpirun (it is not a Google Benchmark program, so scripts/bench's driver does not run
 // it: every rank must run the same number of calls):
 //   scripts/bench-dist                         # builds the bench preset's target, mpirun -np 2
 //   mpirun -np 2 build/bench/bench/mpi_bench_dist [--max-bytes N] [--repetitions N]
-//       [--collective all_reduce|reduce_scatter|both]
+//       [--collective all_reduce|reduce_scatter|both] [--type float|bf16]
 // A sample is the time of a batch of calls divided by its calls, the slowest rank's (MPI_MAX
 // over the ranks after the batch), after a barrier. The batch is sized once per message size
 // from the raw MPI row (doubled until the fastest of 3 batches takes 5 ms, then scaled to about
@@ -55,6 +57,7 @@ struct args {
   int repetitions = 0;  // 0: by size
   bool all_reduce = true;
   bool reduce_scatter = true;
+  bool bf16 = false;  // reduce_scatter's elements: hone::bfloat16 instead of float
 };
 
 args parse(int argc, char** argv) {
@@ -76,11 +79,19 @@ args parse(int argc, char** argv) {
                      c.c_str());
         std::exit(2);
       }
+    } else if (s == "--type" && i + 1 < argc) {
+      const std::string t = argv[++i];
+      if (t != "float" && t != "bf16") {
+        std::fprintf(stderr, "mpi_bench_dist: --type takes float or bf16, not '%s'\n", t.c_str());
+        std::exit(2);
+      }
+      a.bf16 = t == "bf16";
     } else {
       std::fprintf(stderr,
                    "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
-                   "default 268435456), --repetitions N (default: 15, fewer for large sizes) and "
-                   "--collective all_reduce|reduce_scatter|both (default both)\n",
+                   "default 268435456), --repetitions N (default: 15, fewer for large sizes), "
+                   "--collective all_reduce|reduce_scatter|both (default both) and --type "
+                   "float|bf16 (reduce_scatter's elements, default float)\n",
                    s.c_str());
       std::exit(2);
     }
@@ -160,6 +171,48 @@ void table(MPI_Comm world, int rank, const args& a, std::size_t min_bytes, std::
   }
 }
 
+/// reduce_scatter_bus_bandwidth for elements of type T (float or hone::bfloat16), MPI's rows
+/// reducing with `sum`.
+template <class T>
+void reduce_scatter_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi_comm& named,
+                          MPI_Comm raw_comm, MPI_Op sum) {
+  const std::size_t rs_max = std::min(a.max_bytes, std::size_t{64} << 20);
+  const auto ranks = static_cast<std::size_t>(size);
+  const MPI_Datatype type = hd::detail::mpi_type<T>();
+  // Zeros in and out: the sums stay 0 however many calls run.
+  std::vector<T> in_buffer(rs_max / sizeof(T), T(0.0f));
+  std::vector<T> out(rs_max / sizeof(T) / ranks + 1, T(0.0f));
+  if (rank == 0) {
+    std::printf(
+        "reduce_scatter_bus_bandwidth: %d ranks, %s sum, bytes = the input (out = bytes / "
+        "ranks); time per call (median), algbw = bytes/time, busbw = algbw*(n-1)/n, ratio = "
+        "median over repetitions of mpi time / row time\n",
+        size, hd::detail::type_name<T>());
+  }
+  auto run = [&](int which, std::size_t bytes) {
+    const std::size_t m = bytes / sizeof(T) / ranks;
+    std::span<const T> in(in_buffer.data(), m * ranks);
+    std::span<T> block(out.data(), m);
+    switch (which) {
+      case 0:
+        MPI_Reduce_scatter_block(in.data(), block.data(), static_cast<int>(m), type, sum, raw_comm);
+        break;
+      case 1:
+        named.reduce_scatter(in, block, hd::reduce_op::sum).wait();
+        break;
+      default: {
+        MPI_Request req = MPI_REQUEST_NULL;
+        MPI_Ireduce_scatter_block(in.data(), block.data(), static_cast<int>(m), type, sum, raw_comm,
+                                  &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        break;
+      }
+    }
+  };
+  table(world, rank, a, 4096, rs_max, {"mpi", "hone", "mpi_nb"},
+        static_cast<double>(size - 1) / static_cast<double>(size), run);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,40 +268,14 @@ int main(int argc, char** argv) {
   }
 
   if (a.reduce_scatter) {
-    const std::size_t rs_max = std::min(a.max_bytes, std::size_t{64} << 20);
-    const auto ranks = static_cast<std::size_t>(size);
-    // The input is `buffer`'s start (zeros), the output a separate block.
-    std::vector<float> out(max_floats / ranks + 1, 0.0f);
-    if (rank == 0) {
-      std::printf(
-          "reduce_scatter_bus_bandwidth: %d ranks, float sum, bytes = the input (out = bytes / "
-          "ranks); time per call (median), algbw = bytes/time, busbw = algbw*(n-1)/n, ratio = "
-          "median over repetitions of mpi time / row time\n",
-          size);
+    if (a.bf16) {
+      MPI_Op bf16_sum = MPI_OP_NULL;
+      MPI_Op_create(&hd::detail::mpi_bf16_sum, 1, &bf16_sum);
+      reduce_scatter_table<hone::bfloat16>(world, rank, size, a, named, raw_comm, bf16_sum);
+      MPI_Op_free(&bf16_sum);
+    } else {
+      reduce_scatter_table<float>(world, rank, size, a, named, raw_comm, MPI_SUM);
     }
-    auto run = [&](int which, std::size_t bytes) {
-      const std::size_t m = bytes / sizeof(float) / ranks;
-      std::span<const float> in(buffer.data(), m * ranks);
-      std::span<float> block(out.data(), m);
-      switch (which) {
-        case 0:
-          MPI_Reduce_scatter_block(in.data(), block.data(), static_cast<int>(m), MPI_FLOAT, MPI_SUM,
-                                   raw_comm);
-          break;
-        case 1:
-          named.reduce_scatter(in, block, hd::reduce_op::sum).wait();
-          break;
-        default: {
-          MPI_Request req = MPI_REQUEST_NULL;
-          MPI_Ireduce_scatter_block(in.data(), block.data(), static_cast<int>(m), MPI_FLOAT,
-                                    MPI_SUM, raw_comm, &req);
-          MPI_Wait(&req, MPI_STATUS_IGNORE);
-          break;
-        }
-      }
-    };
-    table(world, rank, a, 4096, rs_max, {"mpi", "hone", "mpi_nb"},
-          static_cast<double>(size - 1) / static_cast<double>(size), run);
   }
   MPI_Comm_free(&raw_comm);
   return 0;

@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -125,10 +126,30 @@ void p2p_float16_max(void* acc, const void* other, std::size_t n) noexcept {
     a[i] = T(nan_max(static_cast<float>(a[i]), static_cast<float>(o[i])));
 }
 
+/// p2p_float16_add for bfloat16 in a form the compiler vectorizes: the same bits as
+/// bfloat16(float(a) + float(b)) (core/bfloat16.hpp's rounding to nearest even, its NaN rule),
+/// with the rounding's branch as a select.
+HONE_DETAIL_P2P_VECTORIZE inline void p2p_bf16_add(void* acc, const void* other,
+                                                   std::size_t n) noexcept {
+  bfloat16* __restrict a = static_cast<bfloat16*>(acc);
+  const bfloat16* __restrict o = static_cast<const bfloat16*>(other);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float s = std::bit_cast<float>(static_cast<std::uint32_t>(a[i].bits()) << 16) +
+                    std::bit_cast<float>(static_cast<std::uint32_t>(o[i].bits()) << 16);
+    const auto u = std::bit_cast<std::uint32_t>(s);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const std::uint32_t nan = (u >> 16) | 0x0040u;
+    a[i] = bfloat16::from_bits(
+        static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded));
+  }
+}
+
 /// The element-wise reduction of reduce_op `op` on T that the point-to-point collectives apply.
 template <class T>
 [[nodiscard]] p2p_reduce_fn p2p_reduction(reduce_op op) noexcept {
-  if constexpr (is_float16_v<T>) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return op == reduce_op::sum ? &p2p_bf16_add : &p2p_float16_max<T>;
+  } else if constexpr (is_float16_v<T>) {
     return op == reduce_op::sum ? &p2p_float16_add<T> : &p2p_float16_max<T>;
   } else {
     return op == reduce_op::sum ? &p2p_add<T> : &p2p_max<T>;
