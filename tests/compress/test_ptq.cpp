@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace hc = hone::compress;
@@ -205,16 +206,6 @@ std::vector<std::vector<float>> batches_of(std::size_t count, std::size_t rows, 
   return b;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 /// Checks the static model q against the oracle on x: per layer, weight codes and scales,
 /// activation parameters, activation codes and outputs, bit for bit; the oracle's input of each
 /// layer is its own previous output.
@@ -342,8 +333,9 @@ BOOST_AUTO_TEST_CASE(layers_kept_in_fp32_are_untouched) {
     BOOST_TEST(q.layer(l).activation().zero_point == all.layer(l).activation().zero_point);
   }
   BOOST_TEST(q.index_of("fc3") == 2u);
-  BOOST_TEST(error_of([&] { (void)q.index_of("fc9"); }).find("no layer is called 'fc9'") !=
-             std::string::npos);
+  BOOST_TEST(hone_test::error_of([&] {
+               (void)q.index_of("fc9");
+             }).find("no layer is called 'fc9'") != std::string::npos);
 }
 
 // A small model trained here (3 Gaussian blobs in 2-D, 2 -> 32 -> 32 -> 3, full-batch SGD with
@@ -508,7 +500,7 @@ BOOST_AUTO_TEST_CASE(checkpoint_round_trip_bit_for_bit) {
   ck::tensor_writer tw;
   hc::add_quantized(tw, "fc1", st.layer(0).weights());
   tw.write(dir / "plain.safetensors");
-  BOOST_TEST(error_of([&] {
+  BOOST_TEST(hone_test::error_of([&] {
                (void)hc::load_quantized_model(dir / "plain.safetensors");
              }).find("the metadata has no \"hone.ptq.layers\"") != std::string::npos);
 }
@@ -521,18 +513,18 @@ BOOST_AUTO_TEST_CASE(bad_input_is_refused_with_sentences) {
   };
   // a batch of the wrong width (10 values are not rows of 8)
   std::vector<std::vector<float>> wrong{normal(16, 1), normal(10, 2)};
-  has(error_of([&] { (void)hc::post_training_quantize(m, wrong); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(m, wrong); }),
       "calibration batch 1 holds 10 values, not a whole, non-zero number of rows of the first "
       "layer's in_features = 8 ('fc1')");
   // no batches in static mode
   const std::vector<std::vector<float>> none;
-  has(error_of([&] { (void)hc::post_training_quantize(m, none); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(m, none); }),
       "static int8 needs calibration batches, and none were given");
   // NaN in the activations: a NaN input reaches layer 0 (and would reach every later layer)
   auto nan_batch = normal(3 * 8, 3);
   nan_batch[1 * 8 + 5] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<std::vector<float>> with_nan{normal(16, 4), nan_batch};
-  has(error_of([&] { (void)hc::post_training_quantize(m, with_nan); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(m, with_nan); }),
       "calibration batch 1: the input of layer 0 ('fc1') is NaN at index 13 (row 1, column 5)");
   // an infinity that only appears inside the model: huge fc1 weights overflow fc2's input
   mlp big = m;
@@ -540,31 +532,32 @@ BOOST_AUTO_TEST_CASE(bad_input_is_refused_with_sentences) {
   for (float& b : big.layers[0].b) b = std::numeric_limits<float>::max();
   const std::vector<std::vector<float>> ones{std::vector<float>(16, 1.0f)};
   const std::vector<std::vector<float>> ok{normal(16, 5)};
-  has(error_of([&] { (void)hc::post_training_quantize(big, ones); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(big, ones); }),
       "the input of layer 1 ('fc2') is infinite");
   // the hook never reports a layer
   mlp silent = m;
   silent.report = false;
-  has(error_of([&] { (void)hc::post_training_quantize(silent, ok); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(silent, ok); }),
       "never reported the input of layer 1 ('fc2')");
   // duplicate names, wrong shapes
   mlp dup = m;
   dup.layers[2].name = "fc1";
-  has(error_of([&] { (void)hc::post_training_quantize(dup, ok); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(dup, ok); }),
       "layer 2 ('fc1') has the same name as an earlier layer");
   mlp shape = m;
   shape.layers[1].b = {1.0f, 2.0f};
-  has(error_of([&] { (void)hc::post_training_quantize(shape, ok); }),
+  has(hone_test::error_of([&] { (void)hc::post_training_quantize(shape, ok); }),
       "layer 1 ('fc2'): the bias holds 2 values; it must be empty or hold out_features = 12");
   // the fp32 mode is not a PTQ mode
-  has(error_of([&] { (void)hc::post_training_quantize(m, ok, {.mode = hc::ptq_mode::fp32}); }),
+  has(hone_test::error_of(
+          [&] { (void)hc::post_training_quantize(m, ok, {.mode = hc::ptq_mode::fp32}); }),
       "choose static_int8 or dynamic_int8");
   // a quantized layer refuses NaN and wrong sizes at inference
   hc::quantized_model q = hc::post_training_quantize(m, ok);
   std::vector<float> x = normal(2 * 8, 6), y(2 * 20);
   x[3] = std::numeric_limits<float>::quiet_NaN();
-  has(error_of([&] { q.layer(0).forward(x, 2, y); }),
+  has(hone_test::error_of([&] { q.layer(0).forward(x, 2, y); }),
       "(layer 'fc1'): the value at index 3 (row 0, column 3) is NaN");
-  has(error_of([&] { q.layer(0).forward(x, 3, y); }),
+  has(hone_test::error_of([&] { q.layer(0).forward(x, 3, y); }),
       "(layer 'fc1'): x holds 16 values and y 40; with m = 3 rows they need m * in_features = 24");
 }

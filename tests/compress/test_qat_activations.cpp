@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
+
 namespace hc = hone::compress;
 
 namespace {
@@ -48,18 +50,6 @@ std::vector<std::vector<float>> batch_sequence(std::size_t count, unsigned seed)
     out.push_back(std::move(v));
   }
   return out;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::config_error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("(not a config_error) ") + e.what();
-  }
-  return "(no error)";
 }
 
 bool has(const std::string& s, const char* part) {
@@ -458,7 +448,8 @@ BOOST_AUTO_TEST_CASE(conversion_to_the_static_int8_layer) {
         fq.forward(v);
       }
       if (o.quant_max - o.quant_min != 255) {
-        BOOST_TEST(has(error_of([&] { (void)hc::convert_to_static_int8("fc", w, out, in, b, fq); }),
+        BOOST_TEST(has(hone_test::error_of<hone::config_error>(
+                           [&] { (void)hc::convert_to_static_int8("fc", w, out, in, b, fq); }),
                        "the static int8 layer reads 256 codes"));
         continue;
       }
@@ -554,43 +545,52 @@ BOOST_AUTO_TEST_CASE(qat_loop_through_the_straight_through_backward) {
 BOOST_AUTO_TEST_CASE(errors_are_sentences) {
   hc::activation_fake_quant fq;
   std::vector<float> x = {1.0f, 2.0f, 3.0f}, y(2);
-  BOOST_TEST(has(error_of([&] { fq.backward(x); }), "no forward has run"));
-  BOOST_TEST(has(error_of([&] { fq.forward(std::span<float>()); }), "the input is empty"));
-  BOOST_TEST(has(error_of([&] { fq.forward(x, y); }),
+  BOOST_TEST(
+      has(hone_test::error_of<hone::config_error>([&] { fq.backward(x); }), "no forward has run"));
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] { fq.forward(std::span<float>()); }),
+                 "the input is empty"));
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] { fq.forward(x, y); }),
                  "the input holds 3 values but the output 2; they must be equal"));
-  BOOST_TEST(has(error_of([&] {
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] {
                    fq.forward(std::span<const float>(x).first(2), std::span<float>(x).subspan(1));
                  }),
                  "overlaps the input"));
   x[2] = std::numeric_limits<float>::quiet_NaN();
-  const std::string nan = error_of([&] { fq.forward(x); });
+  const std::string nan = hone_test::error_of<hone::config_error>([&] { fq.forward(x); });
   BOOST_TEST(has(nan, "activation_fake_quant::forward: the value at index 2 is NaN"));
   x[2] = -std::numeric_limits<float>::infinity();
-  BOOST_TEST(has(error_of([&] { fq.forward(x); }), "index 2 is infinite"));
+  BOOST_TEST(
+      has(hone_test::error_of<hone::config_error>([&] { fq.forward(x); }), "index 2 is infinite"));
   BOOST_TEST(fq.observations() == 0u);  // a refused batch changes nothing
   BOOST_TEST(
-      has(error_of([&] { (void)hc::static_activation_params(fq); }), "has observed no batch"));
+      has(hone_test::error_of<hone::config_error>([&] { (void)hc::static_activation_params(fq); }),
+          "has observed no batch"));
   x[2] = 3.0f;
   fq.forward(x);
   std::vector<float> g(4, 1.0f);
-  BOOST_TEST(has(error_of([&] { fq.backward(g); }), "the last forward had 3"));
-  BOOST_TEST(has(error_of([&] {
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] { fq.backward(g); }),
+                 "the last forward had 3"));
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] {
                    fq.backward(std::span<const float>(g).first(3), std::span<float>(g).subspan(1));
                  }),
                  "overlaps the output gradient"));
   std::vector<float> huge = {-3e38f, 3e38f};
   hc::activation_fake_quant fresh;
-  BOOST_TEST(has(error_of([&] { fresh.forward(huge); }), "too wide for a finite float scale"));
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([&] { fresh.forward(huge); }),
+                 "too wide for a finite float scale"));
   BOOST_TEST(fresh.observations() == 0u);  // the observer forgot the refused batch
   BOOST_TEST(fresh.observed_range().hi == 0.0f);
-  BOOST_TEST(has(error_of([] { hc::activation_fake_quant f({.quant_min = 5, .quant_max = 5}); }),
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>(
+                     [] { hc::activation_fake_quant f({.quant_min = 5, .quant_max = 5}); }),
                  "-32768 <= quant_min < quant_max <= 65535"));
-  BOOST_TEST(has(
-      error_of([] { hc::activation_fake_quant f({.scheme = hc::fake_quant_scheme::symmetric}); }),
-      "needs a signed code range"));
-  BOOST_TEST(has(error_of([] { hc::activation_fake_quant f({.averaging_constant = 0.0f}); }),
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([] {
+                   hc::activation_fake_quant f({.scheme = hc::fake_quant_scheme::symmetric});
+                 }),
+                 "needs a signed code range"));
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>(
+                     [] { hc::activation_fake_quant f({.averaging_constant = 0.0f}); }),
                  "the averaging constant is 0.000000; it must lie in (0, 1]"));
-  BOOST_TEST(has(error_of([] {
+  BOOST_TEST(has(hone_test::error_of<hone::config_error>([] {
                    (void)hc::fake_quant_qparams({1.0f, -1.0f}, {});
                  }),
                  "not a finite range with lo <= hi"));

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
+
 namespace hc = hone::compress;
 
 namespace {
@@ -52,16 +54,6 @@ float oracle_absmax(const float* p, std::size_t n) {
   float m = 0.0f;
   for (std::size_t i = 0; i < n; ++i) m = std::fabs(p[i]) > m ? std::fabs(p[i]) : m;
   return m;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::config_error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -135,17 +127,20 @@ BOOST_AUTO_TEST_CASE(zero_rows_and_empty_shapes) {
 BOOST_AUTO_TEST_CASE(non_finite_and_wrong_sizes_are_refused_with_sentences) {
   std::vector<float> w(12, 1.0f);
   w[6] = std::numeric_limits<float>::quiet_NaN();  // row 1, column 2 of [3, 4]
-  const auto m = error_of([&] { (void)hc::quantize_weights(w, 3, 4); });
+  const auto m =
+      hone_test::error_of<hone::config_error>([&] { (void)hc::quantize_weights(w, 3, 4); });
   BOOST_TEST(m.find("row 1, column 2") != std::string::npos, m);
   BOOST_TEST(m.find("NaN") != std::string::npos, m);
   w[6] = -std::numeric_limits<float>::infinity();
-  const auto i = error_of([&] { (void)hc::quantize_weights(w, 3, 4); });
+  const auto i =
+      hone_test::error_of<hone::config_error>([&] { (void)hc::quantize_weights(w, 3, 4); });
   BOOST_TEST(i.find("infinite") != std::string::npos, i);
-  const auto s = error_of([&] { (void)hc::quantize_weights(std::vector<float>(11), 3, 4); });
+  const auto s = hone_test::error_of<hone::config_error>(
+      [&] { (void)hc::quantize_weights(std::vector<float>(11), 3, 4); });
   BOOST_TEST(s.find("[3, 4] needs 12") != std::string::npos, s);
   std::vector<float> out(5);
-  const auto d =
-      error_of([&] { hc::dequantize(hc::quantize_weights(std::vector<float>(12), 3, 4), out); });
+  const auto d = hone_test::error_of<hone::config_error>(
+      [&] { hc::dequantize(hc::quantize_weights(std::vector<float>(12), 3, 4), out); });
   BOOST_TEST(d.find("[3, 4]") != std::string::npos, d);
 }
 
@@ -217,14 +212,15 @@ BOOST_AUTO_TEST_CASE(q8_0_random_rows_match_the_reference_definition) {
 }
 
 BOOST_AUTO_TEST_CASE(q8_0_refuses_partial_blocks_non_finite_and_fp16_overflow) {
-  const auto p = error_of([] { (void)hc::quantize_q8_0(std::vector<float>(33)); });
+  const auto p = hone_test::error_of<hone::config_error>(
+      [] { (void)hc::quantize_q8_0(std::vector<float>(33)); });
   BOOST_TEST(p.find("multiple of 32") != std::string::npos, p);
   std::vector<float> x(64, 1.0f);
   x[40] = std::numeric_limits<float>::infinity();
-  const auto i = error_of([&] { (void)hc::quantize_q8_0(x); });
+  const auto i = hone_test::error_of<hone::config_error>([&] { (void)hc::quantize_q8_0(x); });
   BOOST_TEST(i.find("index 40") != std::string::npos, i);
   x[40] = 1e7f;
-  const auto o = error_of([&] { (void)hc::quantize_q8_0(x); });
+  const auto o = hone_test::error_of<hone::config_error>([&] { (void)hc::quantize_q8_0(x); });
   BOOST_TEST(o.find("block 1") != std::string::npos, o);
   BOOST_TEST(hc::quantize_q8_0({}).empty());
 }
@@ -268,7 +264,8 @@ BOOST_AUTO_TEST_CASE(minmax_and_moving_average_against_scans) {
   BOOST_TEST(m.lo == olo, boost::test_tools::tolerance(1e-5));
   BOOST_TEST(m.hi == ohi, boost::test_tools::tolerance(1e-5));
   BOOST_TEST(hc::minmax_observer{}.range().hi == 0.0f);
-  const auto c = error_of([] { hc::moving_average_minmax_observer bad(0.0f); });
+  const auto c =
+      hone_test::error_of<hone::config_error>([] { hc::moving_average_minmax_observer bad(0.0f); });
   BOOST_TEST(c.find("(0, 1]") != std::string::npos, c);
 }
 

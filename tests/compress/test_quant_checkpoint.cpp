@@ -1,7 +1,8 @@
-// hone::compress quantized weights in hone's tensor files: per-channel and per-tensor codes and scales
-// written as I8 + F32 safetensors (and the compressed format), read back bit for bit, the dtypes and
-// shapes in the file checked through the generic reader, a layer built from the loaded weights gives
-// the same outputs; wrong dtypes, shapes and codes are refused with sentences naming the tensor.
+// hone::compress quantized weights in hone's tensor files: per-channel and per-tensor codes and
+// scales written as I8 + F32 safetensors (and the compressed format), read back bit for bit, the
+// dtypes and shapes in the file checked through the generic reader, a layer built from the loaded
+// weights gives the same outputs; wrong dtypes, shapes and codes are refused with sentences naming
+// the tensor.
 #define BOOST_TEST_MODULE hone_compress_quant_checkpoint
 #include <boost/test/unit_test.hpp>
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace hc = hone::compress;
@@ -29,16 +31,6 @@ std::vector<float> normal(std::size_t n, std::uint32_t seed) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::checkpoint_error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -99,28 +91,33 @@ BOOST_AUTO_TEST_CASE(wrong_tensors_are_refused_with_sentences) {
     tw.add("l.qweight", ck::shape_type{2, 3}, codes_f32);
     tw.add("l.scale", ck::shape_type{2}, scales);
   });
-  const auto m1 = error_of([&] { (void)hc::read_quantized(f1, "l"); });
+  const auto m1 =
+      hone_test::error_of<hone::checkpoint_error>([&] { (void)hc::read_quantized(f1, "l"); });
   BOOST_TEST(m1.find("2-D I8") != std::string::npos, m1);
   BOOST_TEST(m1.find("weights 'l'") != std::string::npos, m1);
   const auto f2 = write("b.safetensors", [&](ck::tensor_writer& tw) {
     tw.add("l.qweight", ck::shape_type{2, 3}, codes);
     tw.add("l.scale", ck::shape_type{3}, bad_scales);
   });
-  const auto m2 = error_of([&] { (void)hc::read_quantized(f2, "l"); });
+  const auto m2 =
+      hone_test::error_of<hone::checkpoint_error>([&] { (void)hc::read_quantized(f2, "l"); });
   BOOST_TEST(m2.find("[2] (one per row)") != std::string::npos, m2);
   const auto f3 = write("c.safetensors", [&](ck::tensor_writer& tw) {
     tw.add("l.qweight", ck::shape_type{2, 3}, codes);
     tw.add("l.scale", ck::shape_type{2}, negative);
   });
-  const auto m3 = error_of([&] { (void)hc::read_quantized(f3, "l"); });
+  const auto m3 =
+      hone_test::error_of<hone::checkpoint_error>([&] { (void)hc::read_quantized(f3, "l"); });
   BOOST_TEST(m3.find("scale 1") != std::string::npos, m3);
   codes[4] = -128;
   const auto f4 = write("d.safetensors", [&](ck::tensor_writer& tw) {
     tw.add("l.qweight", ck::shape_type{2, 3}, codes);
     tw.add("l.scale", ck::shape_type{2}, scales);
   });
-  const auto m4 = error_of([&] { (void)hc::read_quantized(f4, "l"); });
+  const auto m4 =
+      hone_test::error_of<hone::checkpoint_error>([&] { (void)hc::read_quantized(f4, "l"); });
   BOOST_TEST(m4.find("row 1, column 1") != std::string::npos, m4);
-  const auto m5 = error_of([&] { (void)hc::read_quantized(f4, "missing"); });
+  const auto m5 =
+      hone_test::error_of<hone::checkpoint_error>([&] { (void)hc::read_quantized(f4, "missing"); });
   BOOST_TEST(m5.find("missing.qweight") != std::string::npos, m5);
 }

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
+
 namespace hc = hone::compress;
 
 namespace {
@@ -76,16 +78,6 @@ void check_gemm(std::size_t m, std::size_t n, std::size_t k, std::uint32_t seed,
     BOOST_TEST(bad == 0u, hc::int8_kernel_name(kern) << " m " << m << " n " << n << " k " << k
                                                      << ": " << bad << " wrong accumulators");
   }
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const hone::config_error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::vector<float> normal(std::size_t n, std::uint32_t seed, float mean = 0.0f) {
@@ -206,7 +198,8 @@ BOOST_AUTO_TEST_CASE(activation_codes_match_the_oracle) {
     BOOST_TEST(zp.zero_point == 0);
     BOOST_TEST(int{zq[3]} == 0);
     z[5] = std::numeric_limits<float>::infinity();
-    const auto e = error_of([&] { (void)hc::quantize_row_uint8(z, zq, kern); });
+    const auto e =
+        hone_test::error_of<hone::config_error>([&] { (void)hc::quantize_row_uint8(z, zq, kern); });
     BOOST_TEST(e.find("index 5") != std::string::npos, e);
   }
 }
@@ -298,19 +291,21 @@ BOOST_AUTO_TEST_CASE(bad_input_is_refused_with_sentences) {
   const auto w = normal(8 * 4, 17);
   hc::dynamic_int8_linear lin(w, 8, 4);
   std::vector<float> x(2 * 4, 1.0f), y(2 * 8);
-  const auto s = error_of([&] { lin.forward(x, 3, y); });
+  const auto s = hone_test::error_of<hone::config_error>([&] { lin.forward(x, 3, y); });
   BOOST_TEST(s.find("m * in_features = 12") != std::string::npos, s);
   x[5] = std::numeric_limits<float>::quiet_NaN();
-  const auto n = error_of([&] { lin.forward(x, 2, y); });
+  const auto n = hone_test::error_of<hone::config_error>([&] { lin.forward(x, 2, y); });
   BOOST_TEST(n.find("row 1, column 1") != std::string::npos, n);
-  const auto b = error_of([&] { hc::dynamic_int8_linear bad(w, 8, 4, std::vector<float>(3)); });
+  const auto b = hone_test::error_of<hone::config_error>(
+      [&] { hc::dynamic_int8_linear bad(w, 8, 4, std::vector<float>(3)); });
   BOOST_TEST(b.find("out_features = 8") != std::string::npos, b);
-  const auto e = error_of([&] { hc::dynamic_int8_linear bad({}, 0, 4); });
+  const auto e =
+      hone_test::error_of<hone::config_error>([&] { hc::dynamic_int8_linear bad({}, 0, 4); });
   BOOST_TEST(e.find("at least one") != std::string::npos, e);
   for (auto k : all_kernels) {
     if (hc::int8_kernel_supported(k)) continue;
     x[5] = 1.0f;
-    const auto u = error_of([&] { lin.forward(x, 2, y, k); });
+    const auto u = hone_test::error_of<hone::config_error>([&] { lin.forward(x, 2, y, k); });
     BOOST_TEST(u.find("not supported by this CPU") != std::string::npos, u);
   }
 }

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/error_text.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace data = hone::data;
@@ -94,16 +95,6 @@ std::vector<std::string> read_all_records(const D& ds) {
     out.emplace_back(r.view());
   }
   return out;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const io::format_error& e) {
-    return e.what();
-  }
-  return "(no io::format_error)";
 }
 
 /// A small shard in memory: 40 records over frames of at most 64 bytes.
@@ -336,7 +327,7 @@ BOOST_AUTO_TEST_CASE(damage_sentences_name_the_file_and_the_frame) {
   const std::string frame_name = "frame 1 (records " + std::to_string(first1) + " to " +
                                  std::to_string(first1 + n1 - 1) + ", file offset " +
                                  std::to_string(frame1) + ")";
-  BOOST_TEST(error_of([&] { read_everything(bad); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { read_everything(bad); }) ==
              "hone: shard 'c.hshard' " + frame_name +
                  " does not match its checksum in the index (the shard is damaged: write it "
                  "again from its source)");
@@ -352,26 +343,28 @@ BOOST_AUTO_TEST_CASE(damage_sentences_name_the_file_and_the_frame) {
   }
   bad = good;
   bad[index + 3] = static_cast<char>(bad[index + 3] ^ 1);
-  BOOST_TEST(error_of([&] { (void)open_bytes(bad); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { (void)open_bytes(bad); }) ==
              "hone: shard 'c.hshard' has a frame index that does not match its checksum in the "
              "footer (the index is damaged)");
   bad = good;
   bad[footer + 24] = static_cast<char>(bad[footer + 24] ^ 4);  // the record count
-  BOOST_TEST(error_of([&] { (void)open_bytes(bad); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { (void)open_bytes(bad); }) ==
              "hone: shard 'c.hshard' has a footer that does not match its checksum (the footer "
              "is damaged)");
-  BOOST_TEST(error_of([&] { (void)open_bytes(good.substr(0, good.size() - 1)); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>(
+                 [&] { (void)open_bytes(good.substr(0, good.size() - 1)); }) ==
              "hone: shard 'c.hshard' does not end with the shard end magic: it is truncated (or "
              "was not fully written)");
-  BOOST_TEST(error_of([&] { (void)open_bytes(good.substr(0, 30)); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { (void)open_bytes(good.substr(0, 30)); }) ==
              "hone: shard 'c.hshard' is 30 bytes, too short for a record shard (at least 72): it "
              "is truncated");
-  BOOST_TEST(error_of([&] { (void)open_bytes("{\"not\": \"a shard\"}\n"); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>(
+                 [&] { (void)open_bytes("{\"not\": \"a shard\"}\n"); }) ==
              "hone: shard 'c.hshard' is not a hone record shard: it does not start with the "
              "shard magic bytes (is it another kind of file?)");
   bad = good;
   bad[8] = 2;
-  BOOST_TEST(error_of([&] { (void)open_bytes(bad); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { (void)open_bytes(bad); }) ==
              "hone: shard 'c.hshard' has format version 2 in its header; this hone reads version "
              "1 (written by a newer hone?)");
 
@@ -389,19 +382,19 @@ BOOST_AUTO_TEST_CASE(damage_sentences_name_the_file_and_the_frame) {
   };
   bad = good;
   bad[index + 56 + 24] = static_cast<char>(bad[index + 56 + 24] + 1);  // frame 1's first record
-  BOOST_TEST(error_of([&] { (void)open_bytes(reseal(bad)); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { (void)open_bytes(reseal(bad)); }) ==
              "hone: shard 'c.hshard' index entry of frame 1 says it starts at record " +
                  std::to_string(first1 + 1) + ", not " + std::to_string(first1) +
                  " (the index is damaged)");
   bad = good;
   bad[index + 56] = static_cast<char>(bad[index + 56] + 1);  // frame 1's offset
-  BOOST_TEST(error_of([&] {
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] {
                (void)open_bytes(reseal(bad));
              }).find("index entry of frame 1 puts it at offset") != std::string::npos);
   // A frame's decoded checksum changed (and re-sealed): found when the frame is decoded.
   bad = good;
   bad[index + 56 + 48] = static_cast<char>(bad[index + 56 + 48] ^ 1);
-  BOOST_TEST(error_of([&] { read_everything(reseal(bad)); }) ==
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] { read_everything(reseal(bad)); }) ==
              "hone: shard 'c.hshard' " + frame_name +
                  " decodes to bytes that do not match their checksum in the index (the shard is "
                  "damaged: write it again from its source)");
@@ -412,7 +405,9 @@ BOOST_AUTO_TEST_CASE(damage_sentences_name_the_file_and_the_frame) {
   on_disk[frame1 + 1] = static_cast<char>(on_disk[frame1 + 1] ^ 0x40);
   io::write_file(p, on_disk);
   const auto f = data::shard_file::open(p);
-  BOOST_TEST(error_of([&] { f.verify(); }).find("hone: shard '" + p.string() + "' frame 1 ") == 0);
+  BOOST_TEST(hone_test::error_of<io::format_error>([&] {
+               f.verify();
+             }).find("hone: shard '" + p.string() + "' frame 1 ") == 0);
 }
 
 BOOST_AUTO_TEST_CASE(threads_share_one_dataset_each_with_its_own_record) {

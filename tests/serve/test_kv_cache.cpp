@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.hpp"
+
 namespace hs = hone::serve;
 
 namespace {
@@ -67,16 +69,6 @@ std::vector<hs::kv_token> iota_tokens(std::size_t n, hs::kv_token first) {
   return t;
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(pool_allocates_every_block_once_and_refuses_when_empty) {
@@ -95,10 +87,11 @@ BOOST_AUTO_TEST_CASE(pool_allocates_every_block_once_and_refuses_when_empty) {
 }
 
 BOOST_AUTO_TEST_CASE(pool_shape_errors_name_the_extent) {
-  const auto m = message_of([] { hs::kv_block_pool<float> p({4, 0, 3}, 2); });
+  const auto m = hone_test::error_of([] { hs::kv_block_pool<float> p({4, 0, 3}, 2); });
   BOOST_TEST(m.find("heads 0") != std::string::npos);
-  BOOST_TEST(message_of([] { hs::kv_block_pool<float> p(small, 0); }).find("num_blocks is 0") !=
-             std::string::npos);
+  BOOST_TEST(hone_test::error_of([] {
+               hs::kv_block_pool<float> p(small, 0);
+             }).find("num_blocks is 0") != std::string::npos);
 }
 
 template <class T>
@@ -353,29 +346,30 @@ BOOST_AUTO_TEST_CASE(error_sentences_name_what_is_wrong) {
   hs::kv_cache<float> c(small, 4);
   const auto s = c.add_sequence().seq;
   std::vector<float> k(6), v(5);
-  BOOST_TEST(message_of([&] { c.append(s, 1, k, v); })
+  BOOST_TEST(hone_test::error_of([&] { c.append(s, 1, k, v); })
                  .find("1 tokens need 6 K and V floats each (tokens x heads x head_dim = 1 x 2 x "
                        "3), got 6 K and 5 V") != std::string::npos);
   BOOST_TEST(c.length(s) == 0u);
-  BOOST_TEST(message_of([&] { c.free_sequence(42); })
+  BOOST_TEST(hone_test::error_of([&] { c.free_sequence(42); })
                  .find("free_sequence: sequence 42 does not exist (never made by add_sequence "
                        "or fork, or already freed)") != std::string::npos);
   BOOST_CHECK_THROW((void)c.fork(42), hone::config_error);
   BOOST_CHECK_THROW((void)c.length(42), hone::config_error);
   std::vector<float> kk(6), vv(6);
-  BOOST_TEST(message_of([&] { c.read(s, 0, kk, vv); })
+  BOOST_TEST(hone_test::error_of([&] { c.read(s, 0, kk, vv); })
                  .find("read: position 0 is past the end of sequence " + std::to_string(s) +
                        " (0 tokens)") != std::string::npos);
   c.append(s, 1, kk, vv);
-  BOOST_TEST(message_of([&] {
+  BOOST_TEST(hone_test::error_of([&] {
                c.read(s, 0, kk, v);
              }).find("one token's K and V are 6 floats each (heads x head_dim), got 6 and 5") !=
              std::string::npos);
-  BOOST_TEST(message_of([&] { c.unpin(7); }).find("pin 7 does not exist") != std::string::npos);
-  BOOST_TEST(message_of([&] {
+  BOOST_TEST(hone_test::error_of([&] { c.unpin(7); }).find("pin 7 does not exist") !=
+             std::string::npos);
+  BOOST_TEST(hone_test::error_of([&] {
                (void)c.references(4);
              }).find("block 4 is not in the pool (4 blocks)") != std::string::npos);
-  BOOST_TEST(message_of([] {
+  BOOST_TEST(hone_test::error_of([] {
                hs::kv_cache<float> d(small, 2, {.hash_bits = 0});
              }).find("hash_bits is 0; it must be in [1, 128]") != std::string::npos);
   c.free_sequence(s);
