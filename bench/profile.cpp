@@ -18,27 +18,48 @@
 // trainer_step/<observer>  one hone::trainer step (fp32, AdamW, clip_grad_norm, constant lr) over
 //                          a 1 Mi-parameter model whose forward_backward copies fixed gradients
 //                          (bench_optim's trainer_overhead model); trainer_step_1K: the same over
-//                          one tensor of 1024, a step of about a microsecond, where the observer's
-//                          own cost is visible. off: no step observer (the default);
-//                          phase_timer: hone::profile::phase_timer with recording off (timings
-//                          only); phase_timer_recording: recording on too (a collector thread
-//                          discards the zones every millisecond); phase_timer_metrics:
-//                          phase_timer and, after each step, metrics_sink::log(report) (5 scalars)
-//                          to a CSV and a TensorBoard file (counter stalls: times the queue was
-//                          full). Counters paired_ratio and added_ns: the medians of the ratios
-//                          and of the differences per step between this row's trainer and the off
-//                          trainer (two identical models), each from 4 steps of one then 4 of the
-//                          other in adjacent pairs, order alternating (41 pairs; 1001 for 1K), so
-//                          that both halves of a pair see the same machine
+//                          one tensor of 1024, a step of about half a microsecond, where the
+//                          observer's own cost is visible. Every trainer starts at step 10^6 (see
+//                          step_bench). off: no step observer (the default), timed alone;
+//                          off_vs_off: the A/A control, a second observer-less trainer built the
+//                          same way paired against off (its paired_ratio and added_ns are the
+//                          pairing's own bias and noise; switch_ratio: the first step after a
+//                          switch between the trainers against a warm one); phase_timer:
+//                          hone::profile::phase_timer with recording off (timings only);
+//                          phase_timer_recording: recording on too (a collector thread discards
+//                          the zones every millisecond; in the pairing it runs during the observed
+//                          trainer's groups only and is parked during off's, so that its wake-ups,
+//                          which take a core from the trainer's two oneTBB threads on the 2-core
+//                          VM, count against recording); phase_timer_metrics: phase_timer and,
+//                          after each step, metrics_sink::log(report) (5 scalars) to a CSV and a
+//                          TensorBoard file (counter stalls: times the queue was full). Counters
+//                          paired_ratio and added_ns: the medians of the ratios and of the
+//                          differences per step between this row's trainer and the off trainer,
+//                          in the same process, group by group: the two alternate strictly, each
+//                          group 2 warm-up steps (left out) then 4 timed steps, each observed
+//                          group compared with the off group before it and with the one after it
+//                          (201 observed groups; 4001 for 1K). See paired() for why: the earlier
+//                          pairing (4 steps, no warm-up, order alternating by pair) read 0.74 for
+//                          the A/A control, because the two 1 Mi trainers (20 MiB each) do not
+//                          fit the 32 MiB L3 together, so the first steps after a switch ran cold
+//                          (2.5-3 times a warm step), and an odd number of pairs put the median in
+//                          the half where the observed trainer ran warm and off cold. The 1K A/A
+//                          control still reads 0.95-1.04 from one process to the next (constant
+//                          within a process: where the two trainers' data lie), so a 1K added_ns
+//                          is good to about 20 ns.
 // metrics/scalar           one metrics_sink::scalar call, the cost on the logging thread (the
 //                          CSV and TensorBoard writers run on the sink's thread; counter stalls)
 #include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <hone/profile.hpp>
+#include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -84,6 +105,56 @@ class discarding_collector {
  private:
   std::atomic<bool> stop_{false};
   std::thread thread_;
+};
+
+/// A collector thread like discarding_collector's that drains only while active: the paired
+/// trainer_step_recording row switches it on for the observed trainer's groups and off (parked on a
+/// condition variable, no wake-ups) for the off trainer's, so that the collector thread's cost is
+/// counted against recording only. set_active(false) returns once the thread is parked.
+class gated_collector {
+ public:
+  gated_collector()
+      : thread_([this] {
+          hp::collector c;
+          std::unique_lock lock(mutex_);
+          while (!stop_) {
+            if (!active_) {
+              parked_ = true;
+              changed_.notify_all();
+              changed_.wait(lock, [this] { return active_ || stop_; });
+              parked_ = false;
+              continue;
+            }
+            lock.unlock();
+            c.discard();
+            lock.lock();
+            changed_.wait_for(lock, std::chrono::milliseconds(1),
+                              [this] { return !active_ || stop_; });
+          }
+          c.discard();
+        }) {}
+  gated_collector(const gated_collector&) = delete;
+  gated_collector& operator=(const gated_collector&) = delete;
+  ~gated_collector() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  void set_active(bool on) {
+    std::unique_lock lock(mutex_);
+    active_ = on;
+    changed_.notify_all();
+    if (!on) changed_.wait(lock, [this] { return parked_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool active_ = false, parked_ = false, stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 void zone_baseline(benchmark::State& state) {
@@ -206,11 +277,24 @@ struct step_bench {
               hone::clip_grad_norm{.max_norm = 1.0f},
               hone::constant_lr{.base_lr = 1e-3f},
               Observer{}...};
+  // Every trainer starts at step 10^6 (set_steps_done), so that all of them, whatever rows ran
+  // before, are past the steps where AdamW's bias corrections 1 - beta^t underflow: std::pow's
+  // result turns subnormal then zero for beta1 = 0.9 after about 6,700 steps and for beta2 = 0.999
+  // after about 708,000, and glibc's pow then takes its slow path (about 30-40 ns instead of 9 on
+  // the 2-core VM). Trainers on either side of 708,000 steps differed by 10-30 ns per step, a few
+  // percent of the 1K step, whichever arm they were in.
+  step_bench() { trainer.set_steps_done(1'000'000); }
   void step() { benchmark::DoNotOptimize(trainer.step(no_batch{})); }
 };
 
 template <bool Tiny>
 step_bench<Tiny>& off_bench() {
+  static step_bench<Tiny> b;
+  return b;
+}
+/// A second observer-less trainer built the same way, the peer of off_vs_off (the A/A control).
+template <bool Tiny>
+step_bench<Tiny>& twin_bench() {
   static step_bench<Tiny> b;
   return b;
 }
@@ -221,36 +305,89 @@ step_bench<Tiny, hp::phase_timer>& timer_bench() {
 }
 
 struct paired_result {
-  double ratio;     // median of t_on / t_off
-  double added_ns;  // median of (t_on - t_off) per step
+  double ratio;         // median of t_on / t_off
+  double added_ns;      // median of (t_on - t_off) per step
+  double switch_ratio;  // median of (first step of a group) / (a timed step of that group)
 };
 
-/// The medians of `pairs` ratios and differences: 4 steps of `on` against 4 steps of `off`, timed
-/// back to back in alternating order.
+/// How paired() times its two arms: groups of `warm` untimed steps then `timed` timed steps.
+struct pairing {
+  int pairs;      // groups of the on arm (pairs + 1 of the off arm; 2 * pairs ratios)
+  int warm = 2;   // steps at the start of each group left out of the comparison (see paired())
+  int timed = 4;  // timed steps after them
+};
+
+/// One arm of paired(): a step through a function pointer, so that both arms are timed by the same
+/// machine code (one timing loop, not one per lambda type) and differ only in the step they call.
+struct arm {
+  void (*run)(void*);
+  void* self;
+  template <class F>
+  explicit arm(F& f) : run([](void* s) { (*static_cast<F*>(s))(); }), self(&f) {}
+  void operator()() const { run(self); }
+};
+
+/// The medians of `p.pairs` ratios and differences between steps of `on` and steps of `off`. The
+/// arms alternate strictly, group by group (off, on, off, on, ..., off), so that every group
+/// follows a group of the other arm and both arms see the same cache state; each group first runs
+/// `p.warm` steps left out of the comparison, which bring its arm's arenas back into the caches (on
+/// the 2-core VM with a 32 MiB L3, over two 1 Mi trainers of about 20 MiB each, the first step
+/// after a switch took 2.5-3 times a warm one and the second 1.3 times: switch_ratio), and then
+/// times `p.timed` steps: the warm step, as in a training loop that runs one trainer. Each on group
+/// is compared with the off group before it and, separately, with the one after it (2 * p.pairs
+/// ratios, half with on first and half with off first, so that a drift of the machine's speed
+/// cancels; not with the mean of the two, which a noise spike in either inflates, making on look
+/// faster). Both arms run through one timing loop and one call site (arm).
+/// What paired() calls before each group of one arm, outside the timed steps (e.g. to switch a
+/// collector thread on for the observed arm only).
+struct group_hooks {
+  std::function<void()> before_on, before_off;
+};
+
 template <class On, class Off>
-paired_result paired(On&& on, Off&& off, int pairs) {
-  auto seconds = [](auto&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<double> ratios, added;
-  for (int k = 0; k < pairs; ++k) {
-    double t_on = 0.0, t_off = 0.0;
-    if (k % 2 == 0) {
-      t_on = seconds(on);
-      t_off = seconds(off);
-    } else {
-      t_off = seconds(off);
-      t_on = seconds(on);
+paired_result paired(On&& on_step, Off&& off_step, pairing p, const group_hooks& hooks = {}) {
+  const arm on(on_step), off(off_step);
+  std::vector<double> ratios, added, switches;
+  auto seconds = [&](const arm& f) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    for (int i = 0; i < p.warm; ++i) {
+      f();
+      if (i == 0) switches.push_back(std::chrono::duration<double>(clock::now() - t0).count());
     }
-    ratios.push_back(t_on / t_off);
-    added.push_back((t_on - t_off) / 4 * 1e9);
+    const auto t1 = clock::now();
+    for (int i = 0; i < p.timed; ++i) f();
+    const double t = std::chrono::duration<double>(clock::now() - t1).count();
+    if (p.warm > 0) switches.back() /= t / p.timed;
+    return t;
+  };
+  // One call site for both arms: group g runs off when g is even, on when odd.
+  std::vector<double> t(2 * static_cast<std::size_t>(p.pairs) + 1);
+  for (std::size_t g = 0; g < t.size(); ++g) {
+    const auto& before = g % 2 == 0 ? hooks.before_off : hooks.before_on;
+    if (before) before();
+    t[g] = seconds(g % 2 == 0 ? off : on);
   }
-  std::sort(ratios.begin(), ratios.end());
-  std::sort(added.begin(), added.end());
-  return {ratios[ratios.size() / 2], added[added.size() / 2]};
+  for (std::size_t g = 1; g < t.size(); g += 2) {
+    for (const double t_off : {t[g - 1], t[g + 1]}) {
+      ratios.push_back(t[g] / t_off);
+      added.push_back((t[g] - t_off) / p.timed * 1e9);
+    }
+  }
+  auto median = [](std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  return {median(ratios), median(added), median(switches)};
 }
+
+/// The pairing of the trainer_step rows: 201 on groups for the 1 Mi step (about 0.5 s), 4001 for
+/// the 1K (402 and 8002 ratios: the median of the 1 Mi A/A control moved by 1-2% between
+/// repetitions with 41 groups on the shared VM).
+template <bool Tiny>
+constexpr pairing step_pairing{.pairs = Tiny ? 4001 : 201};
 
 void report(benchmark::State& state, const paired_result& r) {
   state.counters["paired_ratio"] = r.ratio;
@@ -263,15 +400,33 @@ void trainer_step_off(benchmark::State& state) {
   for (auto _ : state) b.step();
 }
 
+/// The A/A control: a second observer-less trainer against the off trainer, paired as the observed
+/// rows are; its paired_ratio and added_ns are the pairing's own bias and noise.
+template <bool Tiny>
+void trainer_step_twin(benchmark::State& state) {
+  auto& twin = twin_bench<Tiny>();
+  auto& off = off_bench<Tiny>();
+  for (auto _ : state) twin.step();
+  const paired_result r = paired([&] { twin.step(); }, [&] { off.step(); }, step_pairing<Tiny>);
+  report(state, r);
+  // The first step after a switch from the other trainer against a warm step (both arms).
+  state.counters["switch_ratio"] = r.switch_ratio;
+}
+
 template <bool Tiny>
 void trainer_step_timer(benchmark::State& state, bool recording) {
   auto& on = timer_bench<Tiny>();
   auto& off = off_bench<Tiny>();
-  std::optional<discarding_collector> drain;
-  if (recording) drain.emplace();
+  std::optional<gated_collector> drain;
+  group_hooks hooks;
+  if (recording) {
+    drain.emplace();
+    hooks = {[&] { drain->set_active(true); }, [&] { drain->set_active(false); }};
+    drain->set_active(true);
+  }
   hp::set_enabled(recording);
   for (auto _ : state) on.step();
-  report(state, paired([&] { on.step(); }, [&] { off.step(); }, Tiny ? 1001 : 41));
+  report(state, paired([&] { on.step(); }, [&] { off.step(); }, step_pairing<Tiny>, hooks));
   hp::set_enabled(false);
   // phase_timer's own p50 of whole steps (its "step" row, the last of summary()).
   state.counters["step_p50_us"] = on.trainer.observer().summary().back().p50_ns / 1e3;
@@ -294,7 +449,7 @@ void trainer_step_metrics(benchmark::State& state) {
     };
     for (auto _ : state) logged_step();
     report(state, paired(
-                      logged_step, [&] { off.step(); }, Tiny ? 1001 : 41));
+                      logged_step, [&] { off.step(); }, step_pairing<Tiny>));
     sink.close();
     state.counters["stalls"] = static_cast<double>(sink.stalls());
   }
@@ -321,6 +476,7 @@ void metrics_scalar(benchmark::State& state) {
 template <bool Tiny>
 void register_trainer_rows(const char* workload) {
   hone_bench::add(workload, "off", trainer_step_off<Tiny>)->Unit(benchmark::kMicrosecond);
+  hone_bench::add(workload, "off_vs_off", trainer_step_twin<Tiny>)->Unit(benchmark::kMicrosecond);
   hone_bench::add(workload, "phase_timer", [](benchmark::State& s) {
     trainer_step_timer<Tiny>(s, false);
   })->Unit(benchmark::kMicrosecond);
