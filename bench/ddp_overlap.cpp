@@ -2,7 +2,7 @@
 // the overlap with backward hides (data_parallel_options::overlap_with_backward, a model that
 // reports hone::gradient_ready). Run under mpirun:
 //   mpirun -np 2 build/bench/bench/mpi_bench_ddp_overlap [--layers 16] [--floats 262144]
-//          [--work 24] [--bucket-mb 4] [--steps 10] [--repetitions 7]
+//          [--work 24] [--bucket-mb 4] [--steps 10] [--repetitions 7] [--progress-us N]
 //
 // The model: `layers` tensors of `floats` fp32 values each; forward_backward computes each
 // layer's gradient from the last layer to the first with `work` dependent multiply-adds per
@@ -12,7 +12,10 @@
 //
 // Rows, interleaved in every repetition (the order rotated): `local` (the same trainer with local
 // gradients: compute and update only), `after` (data_parallel, overlap_with_backward = false: the
-// reduction after backward), `overlap` (the default: buckets start during backward). A sample is
+// reduction after backward), `overlap` (the default: buckets start during backward), and with
+// --progress-us N > 0 `thread` (overlap, and the communicator's progress thread polling every N us:
+// mpi_comm::start_progress_thread; MPI is then initialized with MPI_THREAD_MULTIPLE for every row,
+// as the thread needs, instead of MPI_THREAD_SERIALIZED). A sample is
 // the time of `steps` steps between a barrier and an MPI_MAX of the time (the slowest rank's),
 // divided by the steps. Reported: the median step time of each row, and per repetition
 // exposed = (row - local) / row, the share of the step that compute does not hide; the medians.
@@ -43,6 +46,7 @@ struct args {
   std::size_t bucket_mb = 4;
   int steps = 10;
   int repetitions = 7;
+  long progress_us = 0;  // > 0: the `thread` row, its poll interval
 };
 
 args parse(int argc, char** argv) {
@@ -62,16 +66,19 @@ args parse(int argc, char** argv) {
       a.steps = std::atoi(v);
     } else if (s == "--repetitions") {
       a.repetitions = std::atoi(v);
+    } else if (s == "--progress-us") {
+      a.progress_us = std::atol(v);
     } else {
       std::fprintf(stderr, "mpi_bench_ddp_overlap: unknown argument '%s'\n", s.c_str());
       std::exit(2);
     }
   }
   if (argc % 2 == 0 || a.layers == 0 || a.floats == 0 || a.work < 1 || a.bucket_mb == 0 ||
-      a.steps < 1 || a.repetitions < 1) {
+      a.steps < 1 || a.repetitions < 1 || a.progress_us < 0) {
     std::fprintf(stderr,
                  "mpi_bench_ddp_overlap: give positive --layers, --floats, --work, --bucket-mb, "
-                 "--steps and --repetitions (each followed by its value)\n");
+                 "--steps and --repetitions (each followed by its value), and --progress-us N >= 0 "
+                 "(0: no thread row)\n");
     std::exit(2);
   }
   return a;
@@ -117,20 +124,24 @@ struct layered_model {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hd::mpi_environment env(argc, argv);
   const args a = parse(argc, argv);
+  hd::mpi_environment env(
+      argc, argv, a.progress_us > 0 ? hd::thread_level::multiple : hd::thread_level::serialized);
   oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
   hd::mpi_comm comm(MPI_COMM_WORLD);
+  hd::mpi_comm threaded(MPI_COMM_WORLD);  // the `thread` row's communicator
+  if (a.progress_us > 0) threaded.start_progress_thread(std::chrono::microseconds(a.progress_us));
   const int rank = comm.rank();
 
   layered_model m_local(a.layers, a.floats, a.work), m_after(a.layers, a.floats, a.work),
-      m_over(a.layers, a.floats, a.work);
+      m_over(a.layers, a.floats, a.work), m_thread(a.layers, a.floats, a.work);
   hone::data_parallel_options o{.bucket_bytes = a.bucket_mb << 20};
   hone::trainer local(m_local, hone::adamw{});
   o.overlap_with_backward = false;
   hone::trainer after(m_after, hone::adamw{}, hone::data_parallel(comm, o));
   o.overlap_with_backward = true;
   hone::trainer over(m_over, hone::adamw{}, hone::data_parallel(comm, o));
+  hone::trainer with_thread(m_thread, hone::adamw{}, hone::data_parallel(threaded, o));
   const batch b{1.0f + static_cast<float>(rank)};
 
   const auto sample = [&](auto& t) {
@@ -140,31 +151,40 @@ int main(int argc, char** argv) {
   (void)sample(local);
   (void)sample(after);
   (void)sample(over);
+  if (a.progress_us > 0) (void)sample(with_thread);
 
-  const auto rows = hone_bench::interleaved<3>(
+  const auto rows = hone_bench::interleaved<4>(
       a.repetitions,
-      {[&] { return sample(local); }, [&] { return sample(after); }, [&] { return sample(over); }});
-  const auto& [t_local, t_after, t_over] = rows;
-  std::vector<double> x_after, x_over;
+      {[&] { return sample(local); }, [&] { return sample(after); }, [&] { return sample(over); },
+       [&] { return a.progress_us > 0 ? sample(with_thread) : 0.0; }});
+  const auto& [t_local, t_after, t_over, t_thread] = rows;
+  std::vector<double> x_after, x_over, x_thread;
   for (int r = 0; r < a.repetitions; ++r) {
     const auto i = static_cast<std::size_t>(r);
     x_after.push_back((t_after[i] - t_local[i]) / t_after[i]);
     x_over.push_back((t_over[i] - t_local[i]) / t_over[i]);
+    if (a.progress_us > 0) x_thread.push_back((t_thread[i] - t_local[i]) / t_thread[i]);
   }
   if (rank == 0) {
     const double mb = static_cast<double>(a.layers * a.floats * sizeof(float)) / (1 << 20);
     std::printf(
         "ddp_overlap: %d ranks x 1 thread, %zu layers x %zu floats (%.1f MiB of gradients), "
         "%d multiply-adds per element in backward, %zu MiB buckets, %d steps per sample, %d "
-        "repetitions; buckets started during backward in the last overlapped step: %zu\n",
+        "repetitions; buckets started during backward in the last overlapped step: %zu; %s\n",
         comm.size(), a.layers, a.floats, mb, a.work, a.bucket_mb, a.steps, a.repetitions,
-        over.gradient_reduction().early_starts());
+        over.gradient_reduction().early_starts(),
+        a.progress_us > 0 ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED");
     std::printf("%-8s %10s %10s\n", "row", "step ms", "exposed");
     std::printf("%-8s %10.2f %10s\n", "local", 1e3 * hone_bench::median(t_local), "-");
     std::printf("%-8s %10.2f %9.1f%%\n", "after", 1e3 * hone_bench::median(t_after),
                 100 * hone_bench::median(x_after));
     std::printf("%-8s %10.2f %9.1f%%\n", "overlap", 1e3 * hone_bench::median(t_over),
                 100 * hone_bench::median(x_over));
+    if (a.progress_us > 0) {
+      std::printf("%-8s %10.2f %9.1f%%   (progress thread every %ld us)\n", "thread",
+                  1e3 * hone_bench::median(t_thread), 100 * hone_bench::median(x_thread),
+                  a.progress_us);
+    }
   }
   return 0;
 }

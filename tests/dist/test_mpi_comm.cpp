@@ -265,6 +265,23 @@ BOOST_AUTO_TEST_CASE(arguments_are_checked_before_anything_starts) {
   r.wait();
 }
 
+// start_progress_thread needs MPI_THREAD_MULTIPLE; this program runs with MPI_THREAD_SERIALIZED
+// (test_mpi_progress runs the thread).
+BOOST_AUTO_TEST_CASE(a_progress_thread_needs_mpi_thread_multiple) {
+  auto c = make_comm();
+  std::string m;
+  try {
+    c.start_progress_thread();
+  } catch (const hone::config_error& e) {
+    m = e.what();
+  }
+  BOOST_TEST(m.find("start_progress_thread: MPI provides MPI_THREAD_SERIALIZED, but a progress "
+                    "thread calls MPI beside the program's own calls") != std::string::npos,
+             m);
+  BOOST_TEST(m.find("thread_level::multiple") != std::string::npos, m);
+  BOOST_TEST(!c.has_progress_thread());
+}
+
 BOOST_AUTO_TEST_CASE(environment_reports_the_thread_level) {
   // MPI is already initialized by the fixture: a second environment does not own it.
   hd::mpi_environment again(hd::thread_level::single);
