@@ -12,6 +12,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/dist/communicator.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {

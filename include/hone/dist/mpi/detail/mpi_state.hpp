@@ -19,6 +19,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/dist/communicator.hpp"
 #include "hone/dist/mpi/detail/heartbeat.hpp"
 #include "hone/dist/mpi/detail/iallreduce_ring.hpp"
 #include "hone/dist/mpi/detail/mpi_errors.hpp"
