@@ -12,6 +12,7 @@
 #include "hone/compress/ptq.hpp"
 #include "hone/compress/qat.hpp"
 #include "hone/compress/qat_activations.hpp"
+#include "hone/compress/qat_activations_per_channel.hpp"
 #include "hone/compress/qat_checkpoint.hpp"
 #include "hone/compress/quant.hpp"
 #include "hone/compress/quant_checkpoint.hpp"
