@@ -261,9 +261,83 @@ inline std::string fake_quant_state_problem(const activation_fake_quant_state& s
   return {scale, zero_point};
 }
 
+namespace detail {
+
+/// The checks both activation quantizers' forward make on x and y: not empty, the same size,
+/// the same array or disjoint.
+inline void check_fake_quant_spans(std::span<const float> x, std::span<float> y, const char* who) {
+  HONE_REQUIRE(!x.empty(), std::string(who) +
+                               ": the input is empty; an empty batch has no range to observe "
+                               "and nothing to quantize (skip the call).");
+  HONE_REQUIRE(y.size() == x.size(), std::string(who) + ": the input holds " +
+                                         std::to_string(x.size()) + " values but the output " +
+                                         std::to_string(y.size()) + "; they must be equal.");
+  const float* xb = x.data();
+  const float* yb = y.data();
+  const std::less<const float*> before;
+  HONE_REQUIRE(xb == yb || !before(xb, yb + y.size()) || !before(yb, xb + x.size()),
+               std::string(who) +
+                   ": the output overlaps the input without being the same array; pass the "
+                   "input itself (in place) or a separate buffer.");
+}
+
+/// The straight-through backward of both activation quantizers: grad_x = grad_y where bit i of
+/// `mask` (the last forward's, `size` values) is set, 0 elsewhere; grad_x may be grad_y.
+inline void fake_quant_backward(std::span<const std::uint64_t> mask, std::size_t size,
+                                std::span<const float> grad_y, std::span<float> grad_x,
+                                const char* who) {
+  HONE_REQUIRE(size > 0, std::string(who) +
+                             ": no forward has run, so there is no mask; call forward on the "
+                             "batch first.");
+  HONE_REQUIRE(grad_y.size() == size && grad_x.size() == size,
+               std::string(who) + ": the gradients hold " + std::to_string(grad_y.size()) +
+                   " (output) and " + std::to_string(grad_x.size()) +
+                   " (input) values, but the last forward had " + std::to_string(size) +
+                   "; backward must follow the forward of the same batch.");
+  const float* gy = grad_y.data();
+  const float* gx = grad_x.data();
+  const std::less<const float*> before;
+  HONE_REQUIRE(gy == gx || !before(gy, gx + size) || !before(gx, gy + size),
+               std::string(who) +
+                   ": the input gradient overlaps the output gradient without being the same "
+                   "array; pass the same array (in place) or a separate buffer.");
+  for (std::size_t i = 0; i < size; ++i) {
+    grad_x[i] = ((mask[i / 64] >> (i % 64)) & 1u) != 0 ? grad_y[i] : 0.0f;
+  }
+}
+
+/// The last forward's mask of an activation quantizer (activation_fake_quant and
+/// activation_fake_quant_per_channel derive from it): which values' gradients pass.
+class fake_quant_mask {
+ public:
+  /// The number of values of the last forward (0 before any).
+  [[nodiscard]] std::size_t mask_size() const noexcept { return size_; }
+  /// Whether value i of the last forward was inside [quant_min, quant_max] (its gradient passes).
+  [[nodiscard]] bool passes(std::size_t i) const noexcept {
+    return ((mask_[i / 64] >> (i % 64)) & 1u) != 0;
+  }
+  /// The mask bits: bit i % 64 of word i / 64 is value i; the bits past mask_size() are 0.
+  [[nodiscard]] std::span<const std::uint64_t> mask_words() const noexcept { return mask_; }
+  /// How many values of the last forward were clipped (their gradient is 0).
+  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
+
+ protected:
+  /// A restored quantizer has no last forward (backward needs a new one).
+  void forget_mask() noexcept {
+    mask_.clear();
+    size_ = 0;
+    clipped_ = 0;
+  }
+
+  std::vector<std::uint64_t> mask_;
+  std::size_t size_ = 0, clipped_ = 0;
+};
+
+}  // namespace detail
+
 /// Fake quantization of activations with an observer, the switches and the straight-through
 /// backward (see the top of this file). One forward at a time per object; copies are independent.
-class activation_fake_quant {
+class activation_fake_quant : public detail::fake_quant_mask {
  public:
   explicit activation_fake_quant(activation_fake_quant_options o = {}) : o_(o) {
     detail::check_fake_quant_options(o_);
@@ -289,19 +363,9 @@ class activation_fake_quant {
   /// overlap it otherwise.
   void forward(std::span<const float> x, std::span<float> y) {
     constexpr const char* who = "hone::compress::activation_fake_quant::forward";
-    HONE_REQUIRE(!x.empty(), std::string(who) +
-                                 ": the input is empty; an empty batch has no range to observe "
-                                 "and nothing to quantize (skip the call).");
-    HONE_REQUIRE(y.size() == x.size(), std::string(who) + ": the input holds " +
-                                           std::to_string(x.size()) + " values but the output " +
-                                           std::to_string(y.size()) + "; they must be equal.");
+    detail::check_fake_quant_spans(x, y, who);
     const float* xb = x.data();
     const float* yb = y.data();
-    const std::less<const float*> before;
-    HONE_REQUIRE(xb == yb || !before(xb, yb + y.size()) || !before(yb, xb + x.size()),
-                 std::string(who) +
-                     ": the output overlaps the input without being the same array; pass the "
-                     "input itself (in place) or a separate buffer.");
     if (!detail::all_finite(x)) detail::require_finite(x, 0, who);
     if (observer_on_) {
       const auto saved = obs_;  // a refused batch leaves the quantizer as it was
@@ -349,25 +413,8 @@ class activation_fake_quant {
 
   /// grad_x = grad_y where the last forward's mask is set, 0 elsewhere; grad_x may be grad_y.
   void backward(std::span<const float> grad_y, std::span<float> grad_x) const {
-    constexpr const char* who = "hone::compress::activation_fake_quant::backward";
-    HONE_REQUIRE(size_ > 0, std::string(who) +
-                                ": no forward has run, so there is no mask; call forward on the "
-                                "batch first.");
-    HONE_REQUIRE(grad_y.size() == size_ && grad_x.size() == size_,
-                 std::string(who) + ": the gradients hold " + std::to_string(grad_y.size()) +
-                     " (output) and " + std::to_string(grad_x.size()) +
-                     " (input) values, but the last forward had " + std::to_string(size_) +
-                     "; backward must follow the forward of the same batch.");
-    const float* gy = grad_y.data();
-    const float* gx = grad_x.data();
-    const std::less<const float*> before;
-    HONE_REQUIRE(gy == gx || !before(gy, gx + size_) || !before(gx, gy + size_),
-                 std::string(who) +
-                     ": the input gradient overlaps the output gradient without being the same "
-                     "array; pass the same array (in place) or a separate buffer.");
-    for (std::size_t i = 0; i < size_; ++i) {
-      grad_x[i] = passes(i) ? grad_y[i] : 0.0f;
-    }
+    detail::fake_quant_backward(mask_, size_, grad_y, grad_x,
+                                "hone::compress::activation_fake_quant::backward");
   }
 
   // ---- what was learned ----
@@ -412,22 +459,8 @@ class activation_fake_quant {
     observations_ = s.observations;
     observer_on_ = s.observer_enabled;
     fake_quant_on_ = s.fake_quant_enabled;
-    mask_.clear();
-    size_ = 0;
-    clipped_ = 0;
+    forget_mask();
   }
-
-  // ---- the last forward's mask ----
-  /// The number of values of the last forward (0 before any).
-  [[nodiscard]] std::size_t mask_size() const noexcept { return size_; }
-  /// Whether value i of the last forward was inside [quant_min, quant_max] (its gradient passes).
-  [[nodiscard]] bool passes(std::size_t i) const noexcept {
-    return ((mask_[i / 64] >> (i % 64)) & 1u) != 0;
-  }
-  /// The mask bits: bit i % 64 of word i / 64 is value i; the bits past mask_size() are 0.
-  [[nodiscard]] std::span<const std::uint64_t> mask_words() const noexcept { return mask_; }
-  /// How many values of the last forward were clipped (their gradient is 0).
-  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
 
  private:
   activation_fake_quant_options o_;
@@ -435,8 +468,6 @@ class activation_fake_quant {
   affine_params qp_{};  // torch's initial buffers: scale 1, zero point 0
   bool observer_on_ = true, fake_quant_on_ = true;
   std::uint64_t observations_ = 0;
-  std::vector<std::uint64_t> mask_;
-  std::size_t size_ = 0, clipped_ = 0;
 };
 
 /// The activation parameters of ptq.hpp's static int8 layer (uint8 codes 0..255) equal to what the

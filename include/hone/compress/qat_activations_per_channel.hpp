@@ -157,7 +157,7 @@ inline std::string fq_channel_index(std::size_t i, std::size_t channels, std::si
 
 /// Per-channel fake quantization of activations with a per-channel observer, the switches and the
 /// straight-through backward (see the top of this file). One forward at a time per object.
-class activation_fake_quant_per_channel {
+class activation_fake_quant_per_channel : public detail::fake_quant_mask {
  public:
   explicit activation_fake_quant_per_channel(std::size_t channels,
                                              activation_fake_quant_options o = {})
@@ -222,23 +222,8 @@ class activation_fake_quant_per_channel {
 
   /// grad_x = grad_y where the last forward's mask is set, 0 elsewhere; grad_x may be grad_y.
   void backward(std::span<const float> grad_y, std::span<float> grad_x) const {
-    constexpr const char* who = "hone::compress::activation_fake_quant_per_channel::backward";
-    HONE_REQUIRE(size_ > 0, std::string(who) +
-                                ": no forward has run, so there is no mask; call forward on the "
-                                "batch first.");
-    HONE_REQUIRE(grad_y.size() == size_ && grad_x.size() == size_,
-                 std::string(who) + ": the gradients hold " + std::to_string(grad_y.size()) +
-                     " (output) and " + std::to_string(grad_x.size()) +
-                     " (input) values, but the last forward had " + std::to_string(size_) +
-                     "; backward must follow the forward of the same batch.");
-    const float* gy = grad_y.data();
-    const float* gx = grad_x.data();
-    const std::less<const float*> before;
-    HONE_REQUIRE(gy == gx || !before(gy, gx + size_) || !before(gx, gy + size_),
-                 std::string(who) +
-                     ": the input gradient overlaps the output gradient without being the same "
-                     "array; pass the same array (in place) or a separate buffer.");
-    for (std::size_t i = 0; i < size_; ++i) grad_x[i] = passes(i) ? grad_y[i] : 0.0f;
+    detail::fake_quant_backward(mask_, size_, grad_y, grad_x,
+                                "hone::compress::activation_fake_quant_per_channel::backward");
   }
 
   // ---- what was learned ----
@@ -307,31 +292,13 @@ class activation_fake_quant_per_channel {
     observations_ = s.observations;
     observer_on_ = s.observer_enabled;
     fake_quant_on_ = s.fake_quant_enabled;
-    mask_.clear();
-    size_ = 0;
-    clipped_ = 0;
+    forget_mask();
   }
-
-  // ---- the last forward's mask ----
-  [[nodiscard]] std::size_t mask_size() const noexcept { return size_; }
-  /// Whether value i of the last forward was inside [quant_min, quant_max] (its gradient passes).
-  [[nodiscard]] bool passes(std::size_t i) const noexcept {
-    return ((mask_[i / 64] >> (i % 64)) & 1u) != 0;
-  }
-  /// The mask bits: bit i % 64 of word i / 64 is value i; the bits past mask_size() are 0.
-  [[nodiscard]] std::span<const std::uint64_t> mask_words() const noexcept { return mask_; }
-  /// How many values of the last forward were clipped (their gradient is 0).
-  [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
 
  private:
   void check_forward(std::span<const float> x, std::span<float> y, std::size_t inner,
                      const char* who) const {
-    HONE_REQUIRE(!x.empty(), std::string(who) +
-                                 ": the input is empty; an empty batch has no range to observe "
-                                 "and nothing to quantize (skip the call).");
-    HONE_REQUIRE(y.size() == x.size(), std::string(who) + ": the input holds " +
-                                           std::to_string(x.size()) + " values but the output " +
-                                           std::to_string(y.size()) + "; they must be equal.");
+    detail::check_fake_quant_spans(x, y, who);
     HONE_REQUIRE(inner > 0, std::string(who) +
                                 ": inner is 0; it is the number of values per channel and row "
                                 "(1 for a [rows, channels] activation, H * W for NCHW).");
@@ -341,13 +308,6 @@ class activation_fake_quant_per_channel {
             " values, which is not a whole number of [channels = " + std::to_string(channels_) +
             ", inner = " + std::to_string(inner) + "] blocks; the activation must be [outer, " +
             std::to_string(channels_) + ", inner] (check the channel count and inner).");
-    const float* xb = x.data();
-    const float* yb = y.data();
-    const std::less<const float*> before;
-    HONE_REQUIRE(xb == yb || !before(xb, yb + y.size()) || !before(yb, xb + x.size()),
-                 std::string(who) +
-                     ": the output overlaps the input without being the same array; pass the "
-                     "input itself (in place) or a separate buffer.");
     if (!detail::all_finite(x)) [[unlikely]] {
       for (std::size_t i = 0; i < x.size(); ++i) {
         HONE_REQUIRE(std::isfinite(x[i]),
@@ -424,8 +384,6 @@ class activation_fake_quant_per_channel {
   std::vector<std::int32_t> zero_point_{0};  // [1] = {0}
   bool observer_on_ = true, fake_quant_on_ = true;
   std::uint64_t observations_ = 0;
-  std::vector<std::uint64_t> mask_;
-  std::size_t size_ = 0, clipped_ = 0;
 };
 
 }  // namespace compress
