@@ -22,22 +22,14 @@
 #include <string>
 #include <vector>
 
+#include "qat_interop_io.hpp"
+
 namespace hc = hone::compress;
 
 namespace {
 
-struct step {
-  std::vector<float> x;
-  bool observe = true, fake_quant = true;
-};
-
-std::vector<float> normal(std::size_t n, unsigned seed, float mean, float sd) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using qat_interop::normal;
+using qat_interop::step;
 
 /// A training-like sequence: sizes from 1 to 4096, mixed sign, ReLU-like, drifting, outliers;
 /// then the observer frozen, fake quantization off for a step, and both back on.
@@ -64,56 +56,6 @@ std::vector<step> training_sequence(unsigned seed) {
     s.push_back({normal(513, seed + 300 + static_cast<unsigned>(b), 0.1f, 1.5f)});
   }
   return s;
-}
-
-template <class T>
-void put(std::ofstream& f, T v) {
-  f.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-void put(std::ofstream& f, const std::vector<T>& v) {
-  f.write(reinterpret_cast<const char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(T)));
-}
-
-void write_scenario(const std::filesystem::path& path, const hc::activation_fake_quant_options& o,
-                    const std::vector<step>& steps, unsigned seed) {
-  std::ofstream f(path, std::ios::binary);
-  f.write("HQATACT1", 8);
-  put<std::int32_t>(f, o.observer == hc::fake_quant_observer::minmax ? 1 : 0);
-  put<float>(f, o.averaging_constant);
-  put<std::int32_t>(f, o.scheme == hc::fake_quant_scheme::symmetric ? 1 : 0);
-  put<std::int32_t>(f, o.quant_min);
-  put<std::int32_t>(f, o.quant_max);
-  put<std::uint32_t>(f, static_cast<std::uint32_t>(steps.size()));
-  hc::activation_fake_quant fq(o);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> gd(0.5f, 2.0f);
-  for (const step& s : steps) {
-    fq.enable_observer(s.observe);
-    fq.enable_fake_quant(s.fake_quant);
-    const std::size_t n = s.x.size();
-    std::vector<float> y(n), gy(n), gx(n);
-    fq.forward(s.x, y);
-    std::vector<std::uint8_t> mask(n);
-    for (std::size_t i = 0; i < n; ++i) mask[i] = fq.passes(i) ? 1 : 0;
-    for (auto& g : gy) g = gd(rng);
-    fq.backward(gy, gx);
-    put<std::uint8_t>(f, s.observe ? 1 : 0);
-    put<std::uint8_t>(f, s.fake_quant ? 1 : 0);
-    put<std::uint16_t>(f, 0);
-    put<std::uint32_t>(f, static_cast<std::uint32_t>(n));
-    put(f, s.x);
-    put(f, y);
-    put(f, mask);
-    put(f, gy);
-    put(f, gx);
-    put<float>(f, fq.scale());
-    put<std::int32_t>(f, fq.zero_point());
-    put<float>(f, fq.observed_range().lo);
-    put<float>(f, fq.observed_range().hi);
-  }
-  if (!f) throw std::runtime_error("cannot write " + path.string());
 }
 
 }  // namespace
@@ -163,7 +105,8 @@ int main(int argc, char** argv) {
   std::ofstream list(dir / "scenarios.txt");
   unsigned seed = 77;
   for (const auto& s : scenarios) {
-    write_scenario(dir / (std::string(s.name) + ".bin"), s.o, s.steps, seed++);
+    hc::activation_fake_quant fq(s.o);
+    qat_interop::run_and_write(fq, s.steps, dir / (std::string(s.name) + ".bin"), seed++);
     list << s.name << "\n";
   }
   return list ? 0 : 1;

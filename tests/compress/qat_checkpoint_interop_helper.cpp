@@ -34,25 +34,16 @@
 #include <string>
 #include <vector>
 
+#include "qat_interop_io.hpp"
+
 namespace hc = hone::compress;
 namespace ck = hone::checkpoint;
 
 namespace {
 
-struct step {
-  std::vector<float> x;
-  bool observe = true, fake_quant = true;
-};
+using qat_interop::normal;
+using qat_interop::step;
 
-std::vector<float> normal(std::size_t n, unsigned seed, float mean, float sd) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-/// Training-like batches: sizes 1 to 2000, mixed sign, ReLU-like, drifting, outliers.
 std::vector<float> batch(std::size_t b, unsigned seed) {
   const std::size_t n = b % 7 == 3 ? 1 : 1 + (b * 389) % 2000;
   std::vector<float> v =
@@ -64,67 +55,6 @@ std::vector<float> batch(std::size_t b, unsigned seed) {
   if (b % 11 == 6) v[n / 2] = 19.0f;
   if (b % 13 == 9) v[0] = -14.0f;
   return v;
-}
-
-template <class T>
-void put(std::ofstream& f, T v) {
-  f.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-void put(std::ofstream& f, const std::vector<T>& v) {
-  f.write(reinterpret_cast<const char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(T)));
-}
-
-/// Runs `steps` through `fq` (the first keeping fq's switches) and writes them as "HQATACT1".
-void run_and_write(hc::activation_fake_quant& fq, const std::vector<step>& steps,
-                   const std::filesystem::path& path, unsigned seed) {
-  const hc::activation_fake_quant_options& o = fq.options();
-  std::ofstream f(path, std::ios::binary);
-  f.write("HQATACT1", 8);
-  put<std::int32_t>(f, o.observer == hc::fake_quant_observer::minmax ? 1 : 0);
-  put<float>(f, o.averaging_constant);
-  put<std::int32_t>(f, o.scheme == hc::fake_quant_scheme::symmetric ? 1 : 0);
-  put<std::int32_t>(f, o.quant_min);
-  put<std::int32_t>(f, o.quant_max);
-  put<std::uint32_t>(f, static_cast<std::uint32_t>(steps.size()));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> gd(0.5f, 2.0f);
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    const step& s = steps[k];
-    if (k == 0) {
-      if (fq.observer_enabled() != s.observe || fq.fake_quant_enabled() != s.fake_quant) {
-        throw std::runtime_error("the restored switches (observer " +
-                                 std::to_string(fq.observer_enabled()) + ", fake quantization " +
-                                 std::to_string(fq.fake_quant_enabled()) +
-                                 ") are not those of the first step");
-      }
-    } else {
-      fq.enable_observer(s.observe);
-      fq.enable_fake_quant(s.fake_quant);
-    }
-    const std::size_t n = s.x.size();
-    std::vector<float> y(n), gy(n), gx(n);
-    fq.forward(s.x, y);
-    std::vector<std::uint8_t> mask(n);
-    for (std::size_t i = 0; i < n; ++i) mask[i] = fq.passes(i) ? 1 : 0;
-    for (auto& g : gy) g = gd(rng);
-    fq.backward(gy, gx);
-    put<std::uint8_t>(f, s.observe ? 1 : 0);
-    put<std::uint8_t>(f, s.fake_quant ? 1 : 0);
-    put<std::uint16_t>(f, 0);
-    put<std::uint32_t>(f, static_cast<std::uint32_t>(n));
-    put(f, s.x);
-    put(f, y);
-    put(f, mask);
-    put(f, gy);
-    put(f, gx);
-    put<float>(f, fq.scale());
-    put<std::int32_t>(f, fq.zero_point());
-    put<float>(f, fq.observed_range().lo);
-    put<float>(f, fq.observed_range().hi);
-  }
-  if (!f) throw std::runtime_error("cannot write " + path.string());
 }
 
 bool same_state(const hc::activation_fake_quant_state& a,
@@ -202,7 +132,7 @@ int save(const std::filesystem::path& dir) {
       next.push_back({batch(100 + b, seed), b < 7, b != 8});
     }
     // the saved quantizer continues, uninterrupted: what torch must do after loading the file
-    run_and_write(fq, next, dir / (std::string(s.name) + ".bin"), seed + 7);
+    qat_interop::run_and_write(fq, next, dir / (std::string(s.name) + ".bin"), seed + 7, true);
     list << s.name << " " << (*s.prefix ? s.prefix : "-") << "\n";
   }
   return list ? 0 : 1;
@@ -250,7 +180,7 @@ int resume(const std::filesystem::path& state, std::string prefix,
               prefix.c_str(), state.filename().string().c_str(), static_cast<double>(fq.scale()),
               fq.zero_point(), fq.state().seen ? "range seen" : "no range yet",
               static_cast<unsigned long long>(fq.observations()));
-  run_and_write(fq, steps, output, 4242);
+  qat_interop::run_and_write(fq, steps, output, 4242, true);
   return 0;
 }
 
