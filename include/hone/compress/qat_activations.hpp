@@ -306,10 +306,24 @@ inline void fake_quant_backward(std::span<const std::uint64_t> mask, std::size_t
   }
 }
 
-/// The last forward's mask of an activation quantizer (activation_fake_quant and
-/// activation_fake_quant_per_channel derive from it): which values' gradients pass.
-class fake_quant_mask {
+/// What the two activation quantizers (activation_fake_quant, activation_fake_quant_per_channel)
+/// share: their options, torch's two switches, the observations count, the last forward's mask
+/// (which values' gradients pass) and the fake quantization of a range of values.
+class fake_quant_base {
  public:
+  // ---- switches (torch's enable_observer / disable_observer / enable_fake_quant / ...) ----
+  void enable_observer(bool enabled = true) noexcept { observer_on_ = enabled; }
+  void disable_observer() noexcept { observer_on_ = false; }
+  void enable_fake_quant(bool enabled = true) noexcept { fake_quant_on_ = enabled; }
+  void disable_fake_quant() noexcept { fake_quant_on_ = false; }
+  [[nodiscard]] bool observer_enabled() const noexcept { return observer_on_; }
+  [[nodiscard]] bool fake_quant_enabled() const noexcept { return fake_quant_on_; }
+
+  /// How many batches the observer has seen.
+  [[nodiscard]] std::uint64_t observations() const noexcept { return observations_; }
+  [[nodiscard]] const activation_fake_quant_options& options() const noexcept { return o_; }
+
+  // ---- the last forward's mask ----
   /// The number of values of the last forward (0 before any).
   [[nodiscard]] std::size_t mask_size() const noexcept { return size_; }
   /// Whether value i of the last forward was inside [quant_min, quant_max] (its gradient passes).
@@ -322,6 +336,10 @@ class fake_quant_mask {
   [[nodiscard]] std::size_t clipped() const noexcept { return clipped_; }
 
  protected:
+  explicit fake_quant_base(activation_fake_quant_options o) : o_(o) {
+    check_fake_quant_options(o_);
+  }
+
   /// A restored quantizer has no last forward (backward needs a new one).
   void forget_mask() noexcept {
     mask_.clear();
@@ -329,6 +347,46 @@ class fake_quant_mask {
     clipped_ = 0;
   }
 
+  /// Starts the mask of a forward of n values (nothing passes yet).
+  void start_mask(std::size_t n) {
+    mask_.assign((n + 63) / 64, 0);
+    size_ = n;
+    clipped_ = 0;
+  }
+
+  /// Fake quantization off: y = x, and every value's gradient passes.
+  void pass_through(std::span<const float> x, std::span<float> y) noexcept {
+    if (x.data() != y.data()) std::copy(x.begin(), x.end(), y.begin());
+    std::fill(mask_.begin(), mask_.end(), ~std::uint64_t{0});
+    if (size_ % 64 != 0) mask_.back() = (std::uint64_t{1} << (size_ % 64)) - 1;  // none past n
+  }
+
+  /// y[i] = fake_quantize(x[i]) for i in [begin, end) with `scale` and `zero_point`, setting the
+  /// values' mask bits and counting the clipped ones: inv = 1 / scale (float), q = zero_point +
+  /// round_half_even(x * inv), y = (clamp(q, quant_min, quant_max) - zero_point) * scale, the bit
+  /// set when quant_min <= q <= quant_max (torch's CPU kernels, per tensor and per channel).
+  void quantize_range(std::span<const float> x, std::span<float> y, std::size_t begin,
+                      std::size_t end, float scale, std::int32_t zero_point) noexcept {
+    const float inv = 1.0f / scale;
+    const auto zp = static_cast<float>(zero_point);
+    const auto qmin = static_cast<float>(o_.quant_min), qmax = static_cast<float>(o_.quant_max);
+    for (std::size_t i = begin; i < end;) {
+      const std::size_t first = i, stop = std::min(end, (i / 64 + 1) * 64);
+      std::uint64_t bits = 0;
+      for (; i < stop; ++i) {
+        const float q = zp + std::nearbyint(x[i] * inv);
+        const bool inside = qmin <= q && q <= qmax;
+        bits |= static_cast<std::uint64_t>(inside) << (i % 64);
+        y[i] = (std::clamp(q, qmin, qmax) - zp) * scale;
+      }
+      mask_[first / 64] |= bits;
+      clipped_ += (stop - first) - static_cast<std::size_t>(std::popcount(bits));
+    }
+  }
+
+  activation_fake_quant_options o_;
+  bool observer_on_ = true, fake_quant_on_ = true;
+  std::uint64_t observations_ = 0;
   std::vector<std::uint64_t> mask_;
   std::size_t size_ = 0, clipped_ = 0;
 };
@@ -337,24 +395,15 @@ class fake_quant_mask {
 
 /// Fake quantization of activations with an observer, the switches and the straight-through
 /// backward (see the top of this file). One forward at a time per object; copies are independent.
-class activation_fake_quant : public detail::fake_quant_mask {
+class activation_fake_quant : public detail::fake_quant_base {
  public:
-  explicit activation_fake_quant(activation_fake_quant_options o = {}) : o_(o) {
-    detail::check_fake_quant_options(o_);
+  explicit activation_fake_quant(activation_fake_quant_options o = {}) : fake_quant_base(o) {
     if (o_.observer == fake_quant_observer::minmax) {
       obs_.emplace<minmax_observer>();
     } else {
       obs_.emplace<moving_average_minmax_observer>(o_.averaging_constant);
     }
   }
-
-  // ---- switches (torch's enable_observer / disable_observer / enable_fake_quant / ...) ----
-  void enable_observer(bool enabled = true) noexcept { observer_on_ = enabled; }
-  void disable_observer() noexcept { observer_on_ = false; }
-  void enable_fake_quant(bool enabled = true) noexcept { fake_quant_on_ = enabled; }
-  void disable_fake_quant() noexcept { fake_quant_on_ = false; }
-  [[nodiscard]] bool observer_enabled() const noexcept { return observer_on_; }
-  [[nodiscard]] bool fake_quant_enabled() const noexcept { return fake_quant_on_; }
 
   /// In place: x becomes its fake-quantized value (after observing x when the observer is on).
   void forward(std::span<float> x) { forward(std::span<const float>(x), x); }
@@ -364,8 +413,6 @@ class activation_fake_quant : public detail::fake_quant_mask {
   void forward(std::span<const float> x, std::span<float> y) {
     constexpr const char* who = "hone::compress::activation_fake_quant::forward";
     detail::check_fake_quant_spans(x, y, who);
-    const float* xb = x.data();
-    const float* yb = y.data();
     if (!detail::all_finite(x)) detail::require_finite(x, 0, who);
     if (observer_on_) {
       const auto saved = obs_;  // a refused batch leaves the quantizer as it was
@@ -379,32 +426,12 @@ class activation_fake_quant : public detail::fake_quant_mask {
       }
       ++observations_;
     }
-    const std::size_t n = x.size();
-    mask_.assign((n + 63) / 64, 0);
-    size_ = n;
-    clipped_ = 0;
+    start_mask(x.size());
     if (!fake_quant_on_) {
-      if (xb != yb) std::copy(x.begin(), x.end(), y.begin());
-      std::fill(mask_.begin(), mask_.end(), ~std::uint64_t{0});
-      if (n % 64 != 0) mask_.back() = (std::uint64_t{1} << (n % 64)) - 1;  // no bits past n
+      pass_through(x, y);
       return;
     }
-    const float s = qp_.scale;
-    const float inv = 1.0f / s;
-    const auto zp = static_cast<float>(qp_.zero_point);
-    const auto qmin = static_cast<float>(o_.quant_min), qmax = static_cast<float>(o_.quant_max);
-    for (std::size_t w = 0; w < mask_.size(); ++w) {
-      std::uint64_t bits = 0;
-      const std::size_t end = std::min(n, (w + 1) * 64);
-      for (std::size_t i = w * 64; i < end; ++i) {
-        const float q = zp + std::nearbyint(x[i] * inv);
-        const bool inside = qmin <= q && q <= qmax;
-        bits |= static_cast<std::uint64_t>(inside) << (i - w * 64);
-        y[i] = (std::clamp(q, qmin, qmax) - zp) * s;
-      }
-      mask_[w] = bits;
-      clipped_ += (end - w * 64) - static_cast<std::size_t>(std::popcount(bits));
-    }
+    quantize_range(x, y, 0, x.size(), qp_.scale, qp_.zero_point);
   }
 
   /// In place: grad (the gradient with respect to the last forward's output) becomes the gradient
@@ -426,9 +453,6 @@ class activation_fake_quant : public detail::fake_quant_mask {
   [[nodiscard]] quant_range observed_range() const {
     return std::visit([](const auto& o) { return o.range(); }, obs_);
   }
-  /// How many batches the observer has seen.
-  [[nodiscard]] std::uint64_t observations() const noexcept { return observations_; }
-  [[nodiscard]] const activation_fake_quant_options& options() const noexcept { return o_; }
 
   // ---- the learned state (checkpoints: qat_checkpoint.hpp) ----
   /// Everything the quantizer has learned: options, the observer's range and whether it has seen
@@ -463,11 +487,8 @@ class activation_fake_quant : public detail::fake_quant_mask {
   }
 
  private:
-  activation_fake_quant_options o_;
   std::variant<moving_average_minmax_observer, minmax_observer> obs_;
   affine_params qp_{};  // torch's initial buffers: scale 1, zero point 0
-  bool observer_on_ = true, fake_quant_on_ = true;
-  std::uint64_t observations_ = 0;
 };
 
 /// The activation parameters of ptq.hpp's static int8 layer (uint8 codes 0..255) equal to what the

@@ -70,7 +70,6 @@
 #include "hone/compress/quant.hpp"
 #include "hone/compress/quant_linear.hpp"
 #include "hone/core/config.hpp"
-#include "hone/core/detail/no_contract.hpp"
 #include "hone/core/error.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -157,25 +156,16 @@ inline std::string fq_channel_index(std::size_t i, std::size_t channels, std::si
 
 /// Per-channel fake quantization of activations with a per-channel observer, the switches and the
 /// straight-through backward (see the top of this file). One forward at a time per object.
-class activation_fake_quant_per_channel : public detail::fake_quant_mask {
+class activation_fake_quant_per_channel : public detail::fake_quant_base {
  public:
   explicit activation_fake_quant_per_channel(std::size_t channels,
                                              activation_fake_quant_options o = {})
-      : o_(o), channels_(channels) {
-    detail::check_fake_quant_options(o_);
+      : fake_quant_base(o), channels_(channels) {
     HONE_REQUIRE(channels_ > 0,
                  "hone::compress::activation_fake_quant_per_channel: the channel count is 0; "
                  "give the size of the activation's channel axis (e.g. a Linear layer's "
                  "out_features).");
   }
-
-  // ---- switches (torch's enable_observer / disable_observer / enable_fake_quant / ...) ----
-  void enable_observer(bool enabled = true) noexcept { observer_on_ = enabled; }
-  void disable_observer() noexcept { observer_on_ = false; }
-  void enable_fake_quant(bool enabled = true) noexcept { fake_quant_on_ = enabled; }
-  void disable_fake_quant() noexcept { fake_quant_on_ = false; }
-  [[nodiscard]] bool observer_enabled() const noexcept { return observer_on_; }
-  [[nodiscard]] bool fake_quant_enabled() const noexcept { return fake_quant_on_; }
 
   /// In place: x ([outer, channels, inner]) becomes its fake-quantized value.
   void forward(std::span<float> x, std::size_t inner = 1) {
@@ -189,29 +179,15 @@ class activation_fake_quant_per_channel : public detail::fake_quant_mask {
     check_forward(x, y, inner, who);
     const std::size_t n = x.size(), block = channels_ * inner;
     if (observer_on_) observe(x, inner, who);
-    mask_.assign((n + 63) / 64, 0);
-    size_ = n;
-    clipped_ = 0;
+    start_mask(n);
     if (!fake_quant_on_) {
-      if (x.data() != y.data()) std::copy(x.begin(), x.end(), y.begin());
-      std::fill(mask_.begin(), mask_.end(), ~std::uint64_t{0});
-      if (n % 64 != 0) mask_.back() = (std::uint64_t{1} << (n % 64)) - 1;  // no bits past n
+      pass_through(x, y);
       return;
     }
-    const auto qmin = static_cast<float>(o_.quant_min), qmax = static_cast<float>(o_.quant_max);
     for (std::size_t start = 0; start < n; start += block) {
       for (std::size_t c = 0; c < channels_; ++c) {
-        const float s = scale_[c];
-        const float inv = 1.0f / s;
-        const auto zp = static_cast<float>(zero_point_[c]);
         const std::size_t first = start + c * inner;
-        for (std::size_t i = first; i < first + inner; ++i) {
-          const float q = zp + std::nearbyint(x[i] * inv);
-          const bool inside = qmin <= q && q <= qmax;
-          mask_[i / 64] |= static_cast<std::uint64_t>(inside) << (i % 64);
-          clipped_ += inside ? 0 : 1;
-          y[i] = (std::clamp(q, qmin, qmax) - zp) * s;
-        }
+        quantize_range(x, y, first, first + inner, scale_[c], zero_point_[c]);
       }
     }
   }
@@ -257,8 +233,6 @@ class activation_fake_quant_per_channel : public detail::fake_quant_mask {
                      std::to_string(channels_) + " channels.");
     return seen() ? quant_range{lo_[c], hi_[c]} : quant_range{};
   }
-  [[nodiscard]] std::uint64_t observations() const noexcept { return observations_; }
-  [[nodiscard]] const activation_fake_quant_options& options() const noexcept { return o_; }
 
   // ---- the learned state (checkpoints: qat_checkpoint.hpp) ----
   [[nodiscard]] activation_fake_quant_per_channel_state state() const {
@@ -349,13 +323,8 @@ class activation_fake_quant_per_channel : public detail::fake_quant_mask {
           mn[c] = std::min(lo_[c], mn[c]);
           mx[c] = std::max(hi_[c], mx[c]);
         } else {
-          // torch's float operations in torch's order, the products never fused into the adds
-          float dlo = o_.averaging_constant * (mn[c] - lo_[c]);
-          float dhi = o_.averaging_constant * (mx[c] - hi_[c]);
-          HONE_DETAIL_OPAQUE_FP(dlo);
-          HONE_DETAIL_OPAQUE_FP(dhi);
-          mn[c] = lo_[c] + dlo;
-          mx[c] = hi_[c] + dhi;
+          mn[c] = detail::moving_average_step(lo_[c], mn[c], o_.averaging_constant);
+          mx[c] = detail::moving_average_step(hi_[c], mx[c], o_.averaging_constant);
         }
       }
     }
@@ -377,13 +346,10 @@ class activation_fake_quant_per_channel : public detail::fake_quant_mask {
     ++observations_;
   }
 
-  activation_fake_quant_options o_;
   std::size_t channels_;
   std::vector<float> lo_, hi_;               // empty until the first observed batch
   std::vector<float> scale_{1.0f};           // torch's fresh buffers: [1] = {1}
   std::vector<std::int32_t> zero_point_{0};  // [1] = {0}
-  bool observer_on_ = true, fake_quant_on_ = true;
-  std::uint64_t observations_ = 0;
 };
 
 }  // namespace compress

@@ -271,6 +271,17 @@ class minmax_observer {
   bool seen_ = false;
 };
 
+namespace detail {
+/// torch's moving-average update of an observer's bound, old + c * (batch - old), with torch's
+/// float operations in torch's order; the product never fuses into the add (an FMA, which
+/// -ffp-contract=fast makes on targets that have one, would change the bits).
+[[nodiscard]] inline float moving_average_step(float old, float batch, float c) noexcept {
+  float d = c * (batch - old);
+  HONE_DETAIL_OPAQUE_FP(d);
+  return old + d;
+}
+}  // namespace detail
+
 /// Moving-average min-max (as torch's MovingAverageMinMaxObserver): the first batch sets the range,
 /// each later batch moves it by `averaging_constant` towards the batch's own min and max.
 class moving_average_minmax_observer {
@@ -291,13 +302,8 @@ class moving_average_minmax_observer {
       hi_ = *mx;
       seen_ = true;
     } else {
-      // torch's float operations in torch's order; the products never fuse into the adds (an
-      // FMA, which -ffp-contract=fast makes on targets that have one, would change the bits).
-      float dlo = c_ * (*mn - lo_), dhi = c_ * (*mx - hi_);
-      HONE_DETAIL_OPAQUE_FP(dlo);
-      HONE_DETAIL_OPAQUE_FP(dhi);
-      lo_ = lo_ + dlo;
-      hi_ = hi_ + dhi;
+      lo_ = detail::moving_average_step(lo_, *mn, c_);
+      hi_ = detail::moving_average_step(hi_, *mx, c_);
     }
   }
   [[nodiscard]] quant_range range() const noexcept {

@@ -1,5 +1,5 @@
 // hone/dist/mpi/detail/p2p_all_reduce.hpp: the all-reduce of small messages that
-// hone::dist::mpi_comm::all_reduce runs on up to p2p_direct_max_ranks ranks (docs/dist.md,
+// hone::dist::mpi_comm::all_reduce runs on up to 8 ranks (docs/dist.md,
 // "all_reduce's and reduce_scatter's algorithms"). Included by hone/dist/mpi/mpi_comm.hpp; not for
 // direct use.
 //
@@ -30,15 +30,14 @@
 
 #include "hone/core/config.hpp"
 #include "hone/dist/mpi/detail/p2p_op.hpp"
-#include "hone/dist/mpi/detail/p2p_reduce_scatter.hpp"
 #include "hone/dist/mpi/detail/types.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
 
 /// all_reduce runs p2p_all_reduce for buffers of at most this many bytes (on at most
-/// p2p_direct_max_ranks ranks); larger ones run MPI_Iallreduce (with the ring for sums). Read when
-/// an all_reduce starts; a variable so that tests can switch the path (0: never).
+/// p2p_all_reduce::max_ranks ranks); larger ones run MPI_Iallreduce (with the ring for sums). Read
+/// when an all_reduce starts; a variable so that tests can switch the path (0: never).
 inline std::size_t p2p_all_reduce_max_bytes = std::size_t{48} << 10;
 
 /// The exchange sends a buffer as messages of at most this many bytes (at most max_messages per
@@ -140,8 +139,8 @@ class p2p_all_reduce final : public p2p_op {
 
 /// Whether all_reduce of `bytes` bytes on `size` ranks runs p2p_all_reduce.
 [[nodiscard]] inline bool p2p_all_reduce_fits(int size, std::size_t bytes) noexcept {
-  return size > 1 && size <= p2p_direct_max_ranks && size <= p2p_all_reduce::max_ranks &&
-         bytes > 0 && bytes <= p2p_all_reduce_max_bytes;
+  return size > 1 && size <= p2p_all_reduce::max_ranks && bytes > 0 &&
+         bytes <= p2p_all_reduce_max_bytes;
 }
 
 /// Starts the all-reduce (`op`) of `data` (n elements) for collective number `seq` of the

@@ -60,15 +60,11 @@ class progress_thread {
     if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   }
 
-  /// How many times poll() has run (read with the mutex held).
-  [[nodiscard]] unsigned long long polls() const noexcept { return polls_; }
-
  private:
   void run() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
       poll_();
-      ++polls_;
       wake_.wait_for(lock, interval_, [this] { return stopping_; });
     }
   }
@@ -83,7 +79,6 @@ class progress_thread {
   std::chrono::microseconds interval_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  unsigned long long polls_ = 0;
   int keyval_ = MPI_KEYVAL_INVALID;
   std::thread thread_;
 };
