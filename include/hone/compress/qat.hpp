@@ -21,11 +21,16 @@
 // with magnitude_pruning, which holds the same role) runs after every applied update, from step
 // begin_step on: it reads the updated master weights, computes the scales (max |w| / 127 per row
 // or per tensor) and writes q * scale, cast to the working type, into the model's weights. A
-// skipped step (fp16 overflow) changes nothing. Requirements, each checked with a sentence: host
-// trainers (the CUDA trainer's master weights are device memory), and master weights that are a
-// copy of the model's (fp32 weights bound zero-copy are the master itself, and fake quantization
-// would overwrite the fp32 weights QAT must keep: give the trainer a model whose tensors are not
-// laid out as its arena, or train in bf16_mixed / fp16_mixed).
+// skipped step (fp16 overflow) changes nothing. The master weights must be a copy of the model's
+// (fp32 weights bound zero-copy are the master itself, and fake quantization would overwrite the
+// fp32 weights QAT must keep: give the trainer a model whose tensors are not laid out as its
+// arena, or train in bf16_mixed / fp16_mixed); checked with a sentence.
+//
+// CUDA trainers (a model in cuda_space): the same policy runs on the GPU, on the trainer's stream,
+// with no host synchronization (hone/compress/cuda/qat.cuh, which this header includes itself
+// when nvcc compiles it): the same scales, codes and bits as the host. A master weight that is
+// NaN or infinite is found on the device and reported by the next apply (the next step's update)
+// or by check(), with the tensor's name and the step; the host path reports it at once.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -45,6 +51,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/roles.hpp"
+#include "hone/core/space.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace compress {
@@ -74,6 +81,40 @@ inline void fake_quantize(std::span<const float> w, std::size_t rows, std::size_
     }
   }
 }
+
+namespace detail {
+class fake_quant_device;
+/// One tensor fake_quant_training writes.
+struct fake_quant_target {
+  std::string name;
+  std::size_t offset = 0;  // in the master arena
+  std::size_t rows = 0, cols = 0;
+  void* weights = nullptr;  // the model's working weights (host or device memory)
+  void (*write)(void*, std::span<const float>) = nullptr;  // host models
+  // Device models: enqueues the fake quantization of `rows * cols` master values into the
+  // working weights (compress/cuda/qat.cuh): (master, target, granularity, stream, device, slot).
+  void (*device_write)(const float*, const fake_quant_target&, quant_granularity, void*,
+                       fake_quant_device&, std::size_t) = nullptr;
+};
+/// The device side of fake_quant_training (defined in compress/cuda/qat.cuh): a workspace of one
+/// non-finite flag per tensor and the state of the last round.
+class fake_quant_device {
+ public:
+  virtual ~fake_quant_device() = default;
+  /// Clears the flags on the stream (before a round).
+  virtual void begin(void* stream) = 0;
+  /// Copies the flags to host memory and marks the round (after a round, at step `step`).
+  virtual void end(void* stream, std::uint64_t step) = 0;
+  /// Waits for the last round and throws a config_error naming the first flagged tensor.
+  virtual void check(const std::vector<fake_quant_target>& targets) = 0;
+};
+template <class T>
+void fake_quant_device_write(const float* master, const fake_quant_target& x,
+                             quant_granularity granularity, void* stream, fake_quant_device& device,
+                             std::size_t slot);
+template <int = 0>
+std::shared_ptr<fake_quant_device> make_fake_quant_device(std::size_t slots);
+}  // namespace detail
 
 /// The options of fake_quant_training.
 struct fake_quant_options {
@@ -111,22 +152,46 @@ class fake_quant_training {
   template <class Trainer>
   void apply(Trainer& t) {
     auto master = t.master_weights();
-    static_assert(std::is_same_v<decltype(master), std::span<float>>,
-                  "hone::compress::fake_quant_training: the trainer's master weights are not in "
-                  "host memory (a CUDA model); fake quantization runs on host trainers only.");
+    constexpr bool on_host = std::is_same_v<decltype(master), std::span<float>>;
+    static_assert(!on_host || std::is_same_v<typename Trainer::space_type, host_space>,
+                  "hone::compress::fake_quant_training: this CUDA model's master weights live in "
+                  "host memory (the offload role keeps them there), so its working weights could "
+                  "only be written from the host after each update; fake quantization with the "
+                  "offload role runs on host models only. Train the CUDA model without the "
+                  "offload role, or keep the model on the host.");
     HONE_REQUIRE(!t.zero_copy(),
                  "hone::compress::fake_quant_training: the model's fp32 weights are the trainer's "
                  "master weights (bound zero-copy: its tensors are laid out as the trainer's "
                  "arena), so fake quantization would overwrite the fp32 weights that QAT keeps. "
                  "Give the trainer a model whose tensors are separate buffers, or train in "
                  "bf16_mixed or fp16_mixed.");
-    if (!bound_) bind(t);
-    for (const auto& x : targets_) {
-      const std::span<const float> w(master.data() + x.offset, x.rows * x.cols);
-      buffer_.resize(w.size());  // grows to the largest tensor once, then reused every step
-      fake_quantize(w, x.rows, x.cols, o_.granularity, buffer_);
-      x.write(x.weights, buffer_);
+    if (!bound_) bind<!on_host>(t);
+    if constexpr (on_host) {
+      for (const auto& x : targets_) {
+        const std::span<const float> w(master.data() + x.offset, x.rows * x.cols);
+        buffer_.resize(w.size());  // grows to the largest tensor once, then reused every step
+        fake_quantize(w, x.rows, x.cols, o_.granularity, buffer_);
+        x.write(x.weights, buffer_);
+      }
+    } else {
+      // The previous round's flags (its stream work finished at this step's check), then this
+      // round: one kernel (per_channel) or two (per_tensor) per tensor, and the flags' copy.
+      device_->check(targets_);
+      void* stream = static_cast<void*>(t.exec().stream);
+      device_->begin(stream);
+      for (std::size_t i = 0; i < targets_.size(); ++i) {
+        targets_[i].device_write(master.data(), targets_[i], o_.granularity, stream, *device_, i);
+      }
+      device_->end(stream, t.steps_done());
     }
+  }
+
+  /// CUDA trainers: waits for the last round of fake quantization and throws a config_error naming
+  /// the tensor if a master weight it read was NaN or infinite (each apply checks the round
+  /// before it; call this after the last step). Host trainers: nothing to do (apply throws at
+  /// once).
+  void check() {
+    if (device_) device_->check(targets_);
   }
 
   [[nodiscard]] const fake_quant_options& options() const noexcept { return o_; }
@@ -142,6 +207,7 @@ class fake_quant_training {
   fake_quant_training& operator=(const fake_quant_training& o) {
     o_ = o.o_;
     targets_.clear();
+    device_.reset();
     bound_ = false;
     return *this;
   }
@@ -149,13 +215,7 @@ class fake_quant_training {
   fake_quant_training& operator=(fake_quant_training&&) noexcept = default;
 
  private:
-  struct target {
-    std::string name;
-    std::size_t offset = 0;  // in the master arena
-    std::size_t rows = 0, cols = 0;
-    void* weights = nullptr;  // the model's working weights
-    void (*write)(void*, std::span<const float>) = nullptr;
-  };
+  using target = detail::fake_quant_target;
 
   template <class T>
   static void write_as(void* dst, std::span<const float> v) {
@@ -163,7 +223,7 @@ class fake_quant_training {
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<T>(v[i]);
   }
 
-  template <class Trainer>
+  template <bool OnDevice, class Trainer>
   void bind(Trainer& t) {
     auto params = model_traits<std::remove_cvref_t<decltype(t.model())>>::parameters(t.model());
     const auto& layout = t.layout();
@@ -187,17 +247,27 @@ class fake_quant_training {
                        "' has a shape whose first extent does not divide its " + std::to_string(n) +
                        " values; describe its shape in parameters().");
       x.weights = static_cast<void*>(p.value.data());
-      x.write = &write_as<value_type>;
+      if constexpr (OnDevice) {
+        x.device_write = &detail::fake_quant_device_write<value_type>;
+      } else {
+        x.write = &write_as<value_type>;
+      }
       targets_.push_back(std::move(x));
     }
+    if constexpr (OnDevice) device_ = detail::make_fake_quant_device<>(targets_.size());
     bound_ = true;
   }
 
   fake_quant_options o_;
   std::vector<target> targets_;
+  std::shared_ptr<detail::fake_quant_device> device_;  // CUDA trainers
   bool bound_ = false;
   std::vector<float> buffer_;  // one tensor's fake-quantized values before the cast
 };
 
 }  // namespace compress
 HONE_NAMESPACE_END
+
+#if defined(__CUDACC__)
+#include "hone/compress/cuda/qat.cuh"
+#endif
