@@ -14,14 +14,16 @@
 // coll/tuned), 4 KiB .. 64 MiB of input in powers of 4 (sizes rounded down to a multiple of the
 // ranks). Rows: mpi (MPI_Reduce_scatter_block), hone, and mpi_nb (MPI_Ireduce_scatter_block +
 // MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring). With
-// --type bf16 the elements are hone::bfloat16 (data_parallel's bf16 wire): MPI's rows then use an
-// MPI_Op with the same sum as mpi_comm's (each pair widened to float, added, rounded back).
+// --type bf16 or fp16 the elements are hone::bfloat16 or hone::half (data_parallel's 16-bit wires):
+// MPI's rows then use an MPI_Op with the same sum as mpi_comm's (each pair widened to float,
+// added, rounded back; the MPI_Op's loop is scalar, hone's runs on hone::active_isa(), so
+// HONE_ISA=scalar gives hone's rows the element loop as well).
 //
 // Run under mpirun (it is not a Google Benchmark program, so scripts/bench's driver does not run
 // it: every rank must run the same number of calls):
 //   scripts/bench-dist                         # builds the bench preset's target, mpirun -np 2
 //   mpirun -np 2 build/bench/bench/mpi_bench_dist [--max-bytes N] [--repetitions N]
-//       [--collective all_reduce|reduce_scatter|both] [--type float|bf16]
+//       [--collective all_reduce|reduce_scatter|both] [--type float|bf16|fp16]
 // A sample is the time of a batch of calls divided by its calls, the slowest rank's (MPI_MAX
 // over the ranks after the batch), after a barrier. The batch is sized once per message size
 // from the raw MPI row (doubled until the fastest of 3 batches takes 5 ms, then scaled to about
@@ -57,7 +59,7 @@ struct args {
   int repetitions = 0;  // 0: by size
   bool all_reduce = true;
   bool reduce_scatter = true;
-  bool bf16 = false;  // reduce_scatter's elements: hone::bfloat16 instead of float
+  std::string type = "float";  // reduce_scatter's elements: float, bf16 or fp16
 };
 
 args parse(int argc, char** argv) {
@@ -81,17 +83,18 @@ args parse(int argc, char** argv) {
       }
     } else if (s == "--type" && i + 1 < argc) {
       const std::string t = argv[++i];
-      if (t != "float" && t != "bf16") {
-        std::fprintf(stderr, "mpi_bench_dist: --type takes float or bf16, not '%s'\n", t.c_str());
+      if (t != "float" && t != "bf16" && t != "fp16") {
+        std::fprintf(stderr, "mpi_bench_dist: --type takes float, bf16 or fp16, not '%s'\n",
+                     t.c_str());
         std::exit(2);
       }
-      a.bf16 = t == "bf16";
+      a.type = t;
     } else {
       std::fprintf(stderr,
                    "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
                    "default 268435456), --repetitions N (default: 15, fewer for large sizes), "
                    "--collective all_reduce|reduce_scatter|both (default both) and --type "
-                   "float|bf16 (reduce_scatter's elements, default float)\n",
+                   "float|bf16|fp16 (reduce_scatter's elements, default float)\n",
                    s.c_str());
       std::exit(2);
     }
@@ -171,16 +174,20 @@ void table(MPI_Comm world, int rank, const args& a, std::size_t min_bytes, std::
   }
 }
 
-/// reduce_scatter_bus_bandwidth for elements of type T (float or hone::bfloat16), MPI's rows
-/// reducing with `sum`.
+/// reduce_scatter_bus_bandwidth for elements of type T (float, hone::bfloat16 or hone::half), MPI's
+/// rows reducing with `sum`.
 template <class T>
 void reduce_scatter_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi_comm& named,
                           MPI_Comm raw_comm, MPI_Op sum) {
   const std::size_t rs_max = std::min(a.max_bytes, std::size_t{64} << 20);
   const auto ranks = static_cast<std::size_t>(size);
   const MPI_Datatype type = hd::detail::mpi_type<T>();
-  // Zeros in and out: the sums stay 0 however many calls run.
-  std::vector<T> in_buffer(rs_max / sizeof(T), T(0.0f));
+  // Small multiples of 1/8, exact in every type (their sums too): not zeros, which the portable
+  // 16-bit conversions take on a shorter path. `in` is only read, so the sums do not grow.
+  std::vector<T> in_buffer(rs_max / sizeof(T));
+  for (std::size_t j = 0; j < in_buffer.size(); ++j) {
+    in_buffer[j] = T(static_cast<float>(j % 13) * 0.125f);
+  }
   std::vector<T> out(rs_max / sizeof(T) / ranks + 1, T(0.0f));
   if (rank == 0) {
     std::printf(
@@ -268,11 +275,16 @@ int main(int argc, char** argv) {
   }
 
   if (a.reduce_scatter) {
-    if (a.bf16) {
+    if (a.type == "bf16") {
       MPI_Op bf16_sum = MPI_OP_NULL;
       MPI_Op_create(&hd::detail::mpi_bf16_sum, 1, &bf16_sum);
       reduce_scatter_table<hone::bfloat16>(world, rank, size, a, named, raw_comm, bf16_sum);
       MPI_Op_free(&bf16_sum);
+    } else if (a.type == "fp16") {
+      MPI_Op half_sum = MPI_OP_NULL;
+      MPI_Op_create(&hd::detail::mpi_half_sum, 1, &half_sum);
+      reduce_scatter_table<hone::half>(world, rank, size, a, named, raw_comm, half_sum);
+      MPI_Op_free(&half_sum);
     } else {
       reduce_scatter_table<float>(world, rank, size, a, named, raw_comm, MPI_SUM);
     }
