@@ -2,7 +2,7 @@
 // on the same buffers, in the same run, repetition by repetition (the order rotated each
 // repetition).
 //
-// allreduce_bus_bandwidth: hone::dist::mpi_comm::all_reduce (sum, float, in place) against raw
+// allreduce_bus_bandwidth: hone::dist::mpi_comm::all_reduce (sum, in place) against raw
 // MPI_Allreduce (MPI_IN_PLACE), 1 KiB .. 256 MiB in powers of 4. Rows: mpi (MPI_Allreduce,
 // MPI_IN_PLACE), hone (the default communicator, which publishes its progress in a one-word
 // window: missing_ranks::named), nowin (missing_ranks::not_named: the window's cost is the
@@ -14,8 +14,9 @@
 // coll/tuned), 4 KiB .. 64 MiB of input in powers of 4 (sizes rounded down to a multiple of the
 // ranks). Rows: mpi (MPI_Reduce_scatter_block), hone, and mpi_nb (MPI_Ireduce_scatter_block +
 // MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring). With
-// --type bf16 or fp16 the elements are hone::bfloat16 or hone::half (data_parallel's 16-bit wires):
-// MPI's rows then use an MPI_Op with the same sum as mpi_comm's (each pair widened to float,
+// --type bf16 or fp16 the elements of both tables are hone::bfloat16 or hone::half (data_parallel's
+// 16-bit wires, or a user's 16-bit all_reduce): MPI's rows then use an MPI_Op with the same sum as
+// mpi_comm's (each pair widened to float,
 // added, rounded back; the MPI_Op's loop is scalar, hone's runs on hone::active_isa(), so
 // HONE_ISA=scalar gives hone's rows the element loop as well).
 //
@@ -59,7 +60,7 @@ struct args {
   int repetitions = 0;  // 0: by size
   bool all_reduce = true;
   bool reduce_scatter = true;
-  std::string type = "float";  // reduce_scatter's elements: float, bf16 or fp16
+  std::string type = "float";  // both tables' elements: float, bf16 or fp16
 };
 
 args parse(int argc, char** argv) {
@@ -94,7 +95,7 @@ args parse(int argc, char** argv) {
                    "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
                    "default 268435456), --repetitions N (default: 15, fewer for large sizes), "
                    "--collective all_reduce|reduce_scatter|both (default both) and --type "
-                   "float|bf16|fp16 (reduce_scatter's elements, default float)\n",
+                   "float|bf16|fp16 (the elements, default float)\n",
                    s.c_str());
       std::exit(2);
     }
@@ -174,6 +175,46 @@ void table(MPI_Comm world, int rank, const args& a, std::size_t min_bytes, std::
   }
 }
 
+/// allreduce_bus_bandwidth for elements of type T (float, hone::bfloat16 or hone::half), MPI's rows
+/// reducing with `sum`.
+template <class T>
+void all_reduce_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi_comm& named,
+                      hd::mpi_comm& not_named, MPI_Comm raw_comm, MPI_Op sum) {
+  const MPI_Datatype type = hd::detail::mpi_type<T>();
+  // Zeros: the sums stay 0 (no overflow to inf, no subnormals) however many calls run in place.
+  std::vector<T> buffer(a.max_bytes / sizeof(T), T(0.0f));
+  if (rank == 0) {
+    std::printf(
+        "allreduce_bus_bandwidth: %d ranks, %s sum in place; time per call (median), "
+        "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
+        "mpi time / row time\n",
+        size, hd::detail::type_name<T>());
+  }
+  auto run = [&](int which, std::size_t bytes) {
+    const std::size_t n = bytes / sizeof(T);
+    std::span<T> data(buffer.data(), n);
+    switch (which) {
+      case 0:
+        MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), type, sum, raw_comm);
+        break;
+      case 1:
+        named.all_reduce(data, hd::reduce_op::sum).wait();
+        break;
+      case 2:
+        not_named.all_reduce(data, hd::reduce_op::sum).wait();
+        break;
+      default: {
+        MPI_Request req = MPI_REQUEST_NULL;
+        MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), type, sum, raw_comm, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        break;
+      }
+    }
+  };
+  table(world, rank, a, 1024, a.max_bytes, {"mpi", "hone", "nowin", "mpi_nb"},
+        2.0 * (size - 1) / size, run);
+}
+
 /// reduce_scatter_bus_bandwidth for elements of type T (float, hone::bfloat16 or hone::half), MPI's
 /// rows reducing with `sum`.
 template <class T>
@@ -235,60 +276,23 @@ int main(int argc, char** argv) {
   MPI_Comm raw_comm = MPI_COMM_NULL;
   MPI_Comm_dup(world, &raw_comm);
 
-  const std::size_t max_floats = a.max_bytes / sizeof(float);
-  // Zeros: the sums stay 0 (no overflow to inf, no subnormals) however many calls run in place.
-  std::vector<float> buffer(max_floats, 0.0f);
-
-  if (a.all_reduce) {
-    if (rank == 0) {
-      std::printf(
-          "allreduce_bus_bandwidth: %d ranks, float sum in place; time per call (median), "
-          "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
-          "mpi time / row time\n",
-          size);
-    }
-    auto run = [&](int which, std::size_t bytes) {
-      const std::size_t n = bytes / sizeof(float);
-      std::span<float> data(buffer.data(), n);
-      switch (which) {
-        case 0:
-          MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                        raw_comm);
-          break;
-        case 1:
-          named.all_reduce(data, hd::reduce_op::sum).wait();
-          break;
-        case 2:
-          not_named.all_reduce(data, hd::reduce_op::sum).wait();
-          break;
-        default: {
-          MPI_Request req = MPI_REQUEST_NULL;
-          MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                         raw_comm, &req);
-          MPI_Wait(&req, MPI_STATUS_IGNORE);
-          break;
-        }
-      }
-    };
-    table(world, rank, a, 1024, a.max_bytes, {"mpi", "hone", "nowin", "mpi_nb"},
-          2.0 * (size - 1) / size, run);
+  // The element type of both tables and, for the 16-bit floats, MPI's rows' operation (the same
+  // sum as mpi_comm's own).
+  MPI_Op sum16 = MPI_OP_NULL;
+  if (a.type == "bf16") MPI_Op_create(&hd::detail::mpi_bf16_sum, 1, &sum16);
+  if (a.type == "fp16") MPI_Op_create(&hd::detail::mpi_half_sum, 1, &sum16);
+  const auto tables = [&]<class T>(MPI_Op sum) {
+    if (a.all_reduce) all_reduce_table<T>(world, rank, size, a, named, not_named, raw_comm, sum);
+    if (a.reduce_scatter) reduce_scatter_table<T>(world, rank, size, a, named, raw_comm, sum);
+  };
+  if (a.type == "bf16") {
+    tables.template operator()<hone::bfloat16>(sum16);
+  } else if (a.type == "fp16") {
+    tables.template operator()<hone::half>(sum16);
+  } else {
+    tables.template operator()<float>(MPI_SUM);
   }
-
-  if (a.reduce_scatter) {
-    if (a.type == "bf16") {
-      MPI_Op bf16_sum = MPI_OP_NULL;
-      MPI_Op_create(&hd::detail::mpi_bf16_sum, 1, &bf16_sum);
-      reduce_scatter_table<hone::bfloat16>(world, rank, size, a, named, raw_comm, bf16_sum);
-      MPI_Op_free(&bf16_sum);
-    } else if (a.type == "fp16") {
-      MPI_Op half_sum = MPI_OP_NULL;
-      MPI_Op_create(&hd::detail::mpi_half_sum, 1, &half_sum);
-      reduce_scatter_table<hone::half>(world, rank, size, a, named, raw_comm, half_sum);
-      MPI_Op_free(&half_sum);
-    } else {
-      reduce_scatter_table<float>(world, rank, size, a, named, raw_comm, MPI_SUM);
-    }
-  }
+  if (sum16 != MPI_OP_NULL) MPI_Op_free(&sum16);
   MPI_Comm_free(&raw_comm);
   return 0;
 }

@@ -410,10 +410,9 @@ class mpi_comm {
                             state_->comm, &r);
     };
     // Sums of at least one element per rank: Open MPI's ring instead of its in-place default (a
-    // binomial reduce and broadcast through rank 0), see docs/dist.md.
-    // Not for the 16-bit sums: they are mpi_comm's own operations, not MPI_SUM.
-    const bool ring = op == reduce_op::sum && !detail::is_float16_v<T> &&
-                      data.size() >= static_cast<std::size_t>(state_->size);
+    // binomial reduce and broadcast through rank 0), see docs/dist.md. The 16-bit sums too: their
+    // MPI operations (mpi_comm's own) are commutative, and the ring reduces each block once.
+    const bool ring = op == reduce_op::sum && data.size() >= static_cast<std::size_t>(state_->size);
     check(ring ? state_->ring->run(start) : start(), "all_reduce", "MPI_Iallreduce");
     return started(r, "all_reduce", to_string(op), data.size(), detail::type_name<T>());
   }
