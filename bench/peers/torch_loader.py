@@ -67,6 +67,27 @@ class MemmapRecords:
         return torch.from_numpy(np.array(self.mm[i]))
 
 
+def make_loader(torch, np, records: int, width: int, workers: int, **options):
+    """The DataLoader of the loader peers over bench_loader's corpus: shuffled (seed 1), default
+    collate, persistent workers; `options` add to it (pin_memory for the staging peer)."""
+    ds = MemmapRecords(corpus_bin(np, records, width), records, width)
+    g = torch.Generator()
+    g.manual_seed(1)
+    return torch.utils.data.DataLoader(
+        ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g,
+        persistent_workers=workers > 0, drop_last=False, **options)
+
+
+def epoch_record(w: str, impl: str, seconds: list[float], records: int, width: int, workers: int,
+                 peer: str, what: str = "") -> dict:
+    """The throughput record of one epoch's samples (GB/s of record bytes, samples_per_s)."""
+    return throughput(
+        w, impl, seconds, records * width * 2, workers,
+        samples_per_s=records / statistics.median(seconds), peer=peer,
+        what=f"one shuffled epoch of {records} records of {width * 2} bytes, batches of "
+             f"{BATCH}{what}")
+
+
 def main(argv: list[str]) -> int:
     args = parser(__doc__).parse_args(argv)
     impls = {f"torch_w{w}": w for w in WORKERS}
@@ -85,12 +106,7 @@ def main(argv: list[str]) -> int:
     def setup(w: str, impl: str) -> Bench:
         records, width = WORKLOADS[w]
         workers = impls[impl]
-        ds = MemmapRecords(corpus_bin(np, records, width), records, width)
-        g = torch.Generator()
-        g.manual_seed(1)
-        loader = torch.utils.data.DataLoader(
-            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g,
-            persistent_workers=workers > 0, drop_last=False)
+        loader = make_loader(torch, np, records, width, workers)
 
         def epoch():
             total = 0
@@ -102,13 +118,10 @@ def main(argv: list[str]) -> int:
             nonlocal loader
             loader = None  # a persistent loader's workers end with it
 
-        nbytes = records * width * 2
-        return Bench(repeat(epoch, args.min_time), close=close, record=lambda seconds: throughput(
-            w, impl, seconds, nbytes, workers, samples_per_s=records / statistics.median(seconds),
+        return Bench(repeat(epoch, args.min_time), close=close, record=lambda seconds: epoch_record(
+            w, impl, seconds, records, width, workers,
             peer=f"torch {torch.__version__} DataLoader(num_workers={workers}, "
-                 f"persistent_workers={workers > 0}), numpy {np.__version__} memmap dataset",
-            what=f"one shuffled epoch of {records} records of {width * 2} bytes, batches of "
-                 f"{BATCH}"))
+                 f"persistent_workers={workers > 0}), numpy {np.__version__} memmap dataset"))
 
     return run(args, [Workload(w, impl, lambda w=w, impl=impl: setup(w, impl))
                       for w, impl in chosen], [], "torch_loader")

@@ -18,14 +18,12 @@ uses to read the same files.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Bench, Workload, import_torch, parser, repeat, run, select  # noqa: E402
-from _common import throughput  # noqa: E402
-from torch_loader import BATCH, MemmapRecords, corpus_bin  # noqa: E402
+from torch_loader import epoch_record, make_loader  # noqa: E402
 
 WORKLOADS = {"staging_samples_per_s_2k": (32768, 1024), "staging_samples_per_s_64k": (1024, 32768)}
 WORKERS = (0, 1, 2)
@@ -51,12 +49,7 @@ def main(argv: list[str]) -> int:
     def setup(w: str, impl: str) -> Bench:
         records, width = WORKLOADS[w]
         workers = impls[impl]
-        ds = MemmapRecords(corpus_bin(np, records, width), records, width)
-        g = torch.Generator()
-        g.manual_seed(1)
-        loader = torch.utils.data.DataLoader(
-            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g,
-            persistent_workers=workers > 0, drop_last=False, pin_memory=True)
+        loader = make_loader(torch, np, records, width, workers, pin_memory=True)
 
         def epoch():
             for b in loader:
@@ -68,14 +61,12 @@ def main(argv: list[str]) -> int:
             nonlocal loader
             loader = None  # a persistent loader's workers end with it
 
-        nbytes = records * width * 2
-        return Bench(repeat(epoch, args.min_time), close=close, record=lambda seconds: throughput(
-            w, impl, seconds, nbytes, workers, samples_per_s=records / statistics.median(seconds),
+        return Bench(repeat(epoch, args.min_time), close=close, record=lambda seconds: epoch_record(
+            w, impl, seconds, records, width, workers,
             peer=f"torch {torch.__version__} DataLoader(num_workers={workers}, pin_memory=True, "
                  f"persistent_workers={workers > 0}) + .to('cuda', non_blocking=True), "
                  f"{torch.cuda.get_device_name(0)}",
-            what=f"one shuffled epoch of {records} records of {width * 2} bytes, batches of "
-                 f"{BATCH}, staged to the GPU"))
+            what=", staged to the GPU"))
 
     return run(args, [Workload(w, impl, lambda w=w, impl=impl: setup(w, impl))
                       for w, impl in chosen], [], "torch_staging")

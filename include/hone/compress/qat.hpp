@@ -56,19 +56,27 @@
 HONE_NAMESPACE_BEGIN
 namespace compress {
 
+namespace detail {
+/// The shape checks of fake_quantize and fake_quantize_async (compress/cuda/qat.cuh).
+inline void require_fake_quant_shape(const char* who, std::size_t weights, std::size_t outputs,
+                                     std::size_t rows, std::size_t cols) {
+  HONE_REQUIRE(rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows,
+               std::string(who) + ": rows * cols overflows.");
+  HONE_REQUIRE(weights == rows * cols && outputs == weights,
+               std::string(who) + ": the weights hold " + std::to_string(weights) +
+                   " values and the output " + std::to_string(outputs) + ", but the shape [" +
+                   std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
+                   std::to_string(rows * cols) + " each.");
+}
+}  // namespace detail
+
 /// out = dequantize(quantize_weights(w, rows, cols, granularity)) without the int8 matrix: the
 /// same scales and codes, the same bits (a zero group stays zero). `w` must be finite; `out` may
 /// be `w` (in place).
 inline void fake_quantize(std::span<const float> w, std::size_t rows, std::size_t cols,
                           quant_granularity granularity, std::span<float> out) {
   constexpr const char* who = "hone::compress::fake_quantize";
-  HONE_REQUIRE(rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows,
-               std::string(who) + ": rows * cols overflows.");
-  HONE_REQUIRE(w.size() == rows * cols && out.size() == w.size(),
-               std::string(who) + ": the weights hold " + std::to_string(w.size()) +
-                   " values and the output " + std::to_string(out.size()) + ", but the shape [" +
-                   std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
-                   std::to_string(rows * cols) + " each.");
+  detail::require_fake_quant_shape(who, w.size(), out.size(), rows, cols);
   detail::require_finite(w, cols, who);
   const float tensor_scale =
       granularity == quant_granularity::per_tensor ? detail::abs_max(w) / 127.0f : 0.0f;

@@ -172,13 +172,7 @@ void fake_quantize_async(device_span<const float> w, std::size_t rows, std::size
                          quant_granularity granularity, device_span<T> out, cudaStream_t stream,
                          fake_quant_workspace& workspace, std::size_t slot = 0) {
   constexpr const char* who = "hone::compress::fake_quantize_async";
-  HONE_REQUIRE(rows == 0 || cols <= std::numeric_limits<std::size_t>::max() / rows,
-               std::string(who) + ": rows * cols overflows.");
-  HONE_REQUIRE(w.size() == rows * cols && out.size() == w.size(),
-               std::string(who) + ": the weights hold " + std::to_string(w.size()) +
-                   " values and the output " + std::to_string(out.size()) + ", but the shape [" +
-                   std::to_string(rows) + ", " + std::to_string(cols) + "] needs " +
-                   std::to_string(rows * cols) + " each.");
+  detail::require_fake_quant_shape(who, w.size(), out.size(), rows, cols);
   HONE_REQUIRE(slot < workspace.slots(), std::string(who) + ": slot " + std::to_string(slot) +
                                              " is outside the workspace's " +
                                              std::to_string(workspace.slots()) +
