@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(fake_quant_threads)
   }
 }
 
-/// Blocks for an element-wise pass over n values: enough to fill the GPU, at most one per
-/// 256 values.
+/// Blocks for an element-wise pass over n values: one per 1024 values (4 per thread), at most
+/// 65535 (the grid-stride loops cover the rest).
 inline unsigned fake_quant_blocks(std::size_t n) {
   constexpr std::size_t cap = 65535;
   const std::size_t per = static_cast<std::size_t>(fake_quant_threads) * 4;
