@@ -1,4 +1,5 @@
-# hone_target_warnings(<target>): the warning set every hone-owned target builds with.
+# hone_target_warnings(<target>): the warning set every hone-owned target builds with; and
+# hone_run_heavy(<target>), below: the optimization a sanitizer build gives its slowest programs.
 # Host code: -Wall -Wextra -Wpedantic -Werror (g++ and clang). CUDA code: the same flags passed to
 # the host compiler, and nvcc's own warnings as errors.
 option(HONE_WERROR "Treat warnings as errors in hone's own targets" ON)
@@ -14,4 +15,18 @@ function(hone_target_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>)
   endif()
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_cuda_host}>)
+endfunction()
+
+# hone_run_heavy(<target>): marks a test or example program whose run time dominates a test run.
+# It gets HONE_RUN_HEAVY_FLAGS appended to its compile options (after CMAKE_CXX_FLAGS, so an -O
+# there wins). Empty by default; the asan preset compiles everything at -O0 (under ASan + UBSan
+# about a third of the -O1 compile time) and these programs at -O1 (at -O0 their tests run 3-7
+# times longer). docs/testing.md has the figures.
+set(HONE_RUN_HEAVY_FLAGS "" CACHE STRING
+    "Extra compile options for the programs marked by hone_run_heavy() (the asan preset: -O1)")
+function(hone_run_heavy target)
+  if(HONE_RUN_HEAVY_FLAGS)
+    separate_arguments(_flags NATIVE_COMMAND "${HONE_RUN_HEAVY_FLAGS}")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${_flags}>)
+  endif()
 endfunction()
