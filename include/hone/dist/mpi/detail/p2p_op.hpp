@@ -114,7 +114,8 @@ HONE_DETAIL_P2P_VECTORIZE void p2p_max(void* acc, const void* other, std::size_t
 
 /// The 16-bit floats (hone::bfloat16, hone::half) as mpi_comm's own MPI operations combine them
 /// (types.hpp): each pair widened to float, added (or nan_max), rounded back to T. The element
-/// loops; the sums of the collectives run p2p_bf16_add and p2p_half_add below, which give these
+/// loops; the sums of the collectives run p2p_bf16_add below and float16_sum_range<half>
+/// (types.hpp), which give these
 /// bits (tests/dist/test_mpi_comm.cpp compares them).
 template <class T>
 void p2p_float16_add(void* acc, const void* other, std::size_t n) noexcept {
@@ -148,23 +149,16 @@ HONE_DETAIL_P2P_VECTORIZE inline void p2p_bf16_add(void* acc, const void* other,
   }
 }
 
-/// p2p_float16_add for hone::half through the vector loop of hone::active_isa(): F16C widens and
-/// rounds 8 (AVX2) or 16 (AVX-512) halves per instruction, where half's portable conversions take
-/// a dozen integer operations each. HONE_ISA=scalar gives the element loop.
-inline void p2p_half_add(void* acc, const void* other, std::size_t n) noexcept {
-  ::hone::detail::simd_apply_range(
-      float16_add_op{}, 0, n,
-      std::tuple<half*, const half*>(static_cast<half*>(acc), static_cast<const half*>(other)),
-      std::make_index_sequence<2>{});
-}
-
 /// The element-wise reduction of reduce_op `op` on T that the point-to-point collectives apply.
 template <class T>
 [[nodiscard]] p2p_reduce_fn p2p_reduction(reduce_op op) noexcept {
   if constexpr (std::is_same_v<T, bfloat16>) {
     return op == reduce_op::sum ? &p2p_bf16_add : &p2p_float16_max<T>;
   } else if constexpr (std::is_same_v<T, half>) {
-    return op == reduce_op::sum ? &p2p_half_add : &p2p_float16_max<T>;
+    // hone::half through the vector loop of hone::active_isa() (types.hpp): F16C widens and
+    // rounds 8 (AVX2) or 16 (AVX-512) halves per instruction, where half's portable conversions
+    // take a dozen integer operations each. HONE_ISA=scalar gives the element loop.
+    return op == reduce_op::sum ? &float16_sum_range<half> : &p2p_float16_max<T>;
   } else {
     return op == reduce_op::sum ? &p2p_add<T> : &p2p_max<T>;
   }

@@ -116,12 +116,19 @@ struct float16_add_op {
 /// widened to float, added, and rounded back to T (to nearest even; beyond T's range, inf). It runs
 /// through hone's vector loop on hone::active_isa() (F16C converts 8 or 16 halves per instruction,
 /// where the portable conversion takes a dozen integer operations per value).
+/// float16_sum_range: acc[i] = T(float(acc[i]) + float(other[i])) for i < n (the form of the
+/// point-to-point collectives' reductions, p2p_op.hpp); float16_sum_loop: the same in MPI's order
+/// of arguments.
+template <class T>
+void float16_sum_range(void* acc, const void* other, std::size_t n) noexcept {
+  ::hone::detail::simd_apply_range(
+      float16_add_op{}, 0, n,
+      std::tuple<T*, const T*>(static_cast<T*>(acc), static_cast<const T*>(other)),
+      std::make_index_sequence<2>{});
+}
 template <class T>
 void float16_sum_loop(const void* in, void* inout, int count) noexcept {
-  ::hone::detail::simd_apply_range(
-      float16_add_op{}, 0, static_cast<std::size_t>(count),
-      std::tuple<T*, const T*>(static_cast<T*>(inout), static_cast<const T*>(in)),
-      std::make_index_sequence<2>{});
+  float16_sum_range<T>(inout, in, static_cast<std::size_t>(count));
 }
 
 /// reduce_op::max on 16-bit floats: nan_max of the widened values (NaN gives T's quiet NaN, +0
