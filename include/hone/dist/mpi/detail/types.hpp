@@ -116,9 +116,9 @@ struct float16_add_op {
 /// widened to float, added, and rounded back to T (to nearest even; beyond T's range, inf). It runs
 /// through hone's vector loop on hone::active_isa() (F16C converts 8 or 16 halves per instruction,
 /// where the portable conversion takes a dozen integer operations per value).
-/// float16_sum_range: acc[i] = T(float(acc[i]) + float(other[i])) for i < n (the form of the
-/// point-to-point collectives' reductions, p2p_op.hpp); float16_sum_loop: the same in MPI's order
-/// of arguments.
+/// float16_sum_range: acc[i] = T(float(acc[i]) + float(other[i])) for i < n, the signature of the
+/// point-to-point collectives' reductions (p2p_op.hpp); float16_sum_loop: the same with MPI's
+/// argument order and int count, for mpi_comm's MPI operations.
 template <class T>
 void float16_sum_range(void* acc, const void* other, std::size_t n) noexcept {
   ::hone::detail::simd_apply_range(
