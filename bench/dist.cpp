@@ -189,6 +189,10 @@ void all_reduce_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi
         "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
         "mpi time / row time\n",
         size, hd::detail::type_name<T>());
+    std::printf(
+        "hone's exchange: buffers up to %zu bytes as messages of up to %zu bytes (eager "
+        "limit %zu, 0: unknown)\n",
+        named.exchange().max_bytes, named.exchange().message_bytes, named.eager_limit());
   }
   auto run = [&](int which, std::size_t bytes) {
     const std::size_t n = bytes / sizeof(T);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <hone/core/isa.hpp>
 #include <hone/dist/mpi/mpi_comm.hpp>
@@ -77,23 +78,23 @@ void check_sum(hd::mpi_comm& c, std::size_t n) {
   BOOST_TEST(wrong == 0u, "n = " << n);
 }
 
-// Runs f() with both of all_reduce's paths for small messages: hone's own exchange
+// Runs f() with both of all_reduce's paths for small messages on `c`: hone's own exchange
 // (detail/p2p_all_reduce.hpp, the default up to 48 KiB) and MPI_Iallreduce (the exchange off).
 template <class F>
-void with_both_all_reduce_paths(F&& f) {
-  const std::size_t default_max = hd::detail::p2p_all_reduce_max_bytes;
-  for (const std::size_t max_bytes : {default_max, std::size_t{0}}) {
+void with_both_all_reduce_paths(hd::mpi_comm& c, F&& f) {
+  const auto defaults = c.exchange();
+  for (const std::size_t max_bytes : {defaults.max_bytes, std::size_t{0}}) {
     BOOST_TEST_CONTEXT((max_bytes == 0 ? "MPI_Iallreduce" : "own exchange")) {
-      hd::detail::p2p_all_reduce_max_bytes = max_bytes;
+      c.set_exchange({max_bytes, defaults.message_bytes});
       f();
     }
   }
-  hd::detail::p2p_all_reduce_max_bytes = default_max;
+  c.set_exchange(defaults);
 }
 
 BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
   auto c = make_comm();
-  with_both_all_reduce_paths([&] {
+  with_both_all_reduce_paths(c, [&] {
     for (std::size_t n : {0u, 1u, 7u, 1000u, 4099u, 12288u, 12289u, 100003u}) {
       check_sum<float>(c, n);
       check_sum<double>(c, n);
@@ -107,7 +108,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
 
 BOOST_AUTO_TEST_CASE(all_reduce_max_with_nan_and_signed_zero) {
   auto c = make_comm();
-  with_both_all_reduce_paths([&] {
+  with_both_all_reduce_paths(c, [&] {
     const std::size_t n = 1001;
     std::vector<float> f(n);
     std::vector<double> d(n);
@@ -520,7 +521,7 @@ void check_16_bit_and_max(hd::mpi_comm& c, std::size_t m) {
     expect[k] = acc;
   }
   c.all_reduce(std::span<T>(x), hd::reduce_op::sum).wait();
-  if (m * sizeof(T) <= hd::detail::p2p_all_reduce_max_bytes) {
+  if (m * sizeof(T) <= c.exchange().max_bytes) {
     BOOST_TEST(same16(x, expect), "16-bit all_reduce, m = " << m);
   } else {
     // MPI's collective (libnbc's ring): another order of the rounded adds, so within a few of T's
@@ -661,25 +662,51 @@ void check_rank_order_all_reduce(hd::mpi_comm& c, std::size_t n) {
   }
 }
 
-// Sizes: one message (1 to 1008 floats: 4032 bytes), two (1009), several (2048 and 6000
-// doubles), the largest buffer the exchange takes (48 KiB: 12288 floats, 13 messages), and, with
-// the message size lowered to 8 bytes, more pieces than the 16 messages per peer allowed (the
-// pieces then grow instead).
+// Sizes from the exchange's message size (1008 floats of 4032 bytes under Open MPI's default
+// eager limit): one message, two, several (doubles), the largest buffer the exchange takes (48 KiB:
+// 12288 floats), and, with the message size lowered to 8 bytes, more pieces than the 16 messages
+// per peer allowed (the pieces then grow instead). CTest runs this case again under an 8 KiB eager
+// limit (OMPI_MCA_btl_vader_eager_limit), where a message holds 2032 floats.
 BOOST_AUTO_TEST_CASE(small_all_reduce_sums_in_rank_order) {
   auto c = make_comm();
-  BOOST_TEST(hd::detail::p2p_all_reduce_max_bytes == std::size_t{48} << 10);
-  for (std::size_t n :
-       {std::size_t{1}, std::size_t{7}, std::size_t{1008}, std::size_t{1009}, std::size_t{12288}}) {
+  const auto limits = c.exchange();
+  BOOST_TEST(limits.max_bytes == std::size_t{48} << 10);
+  const std::size_t per = limits.message_bytes / sizeof(float);
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, per, per + 1, limits.max_bytes / 4}) {
     check_rank_order_all_reduce<float>(c, n);
   }
   for (std::size_t n : {std::size_t{1}, std::size_t{2048}, std::size_t{6000}}) {
     check_rank_order_all_reduce<double>(c, n);
   }
-  const std::size_t message_bytes = hd::detail::p2p_all_reduce_message_bytes;
-  hd::detail::p2p_all_reduce_message_bytes = 8;
+  c.set_exchange({limits.max_bytes, 8});
   check_rank_order_all_reduce<float>(c, 1000);
   check_rank_order_all_reduce<double>(c, 5);
-  hd::detail::p2p_all_reduce_message_bytes = message_bytes;
+  c.set_exchange(limits);
+  BOOST_CHECK_THROW(c.set_exchange({1024, 0}), hone::config_error);
+  c.set_exchange({0, 0});  // off: MPI_Iallreduce, whatever the message size
+  check_sum<float>(c, 1000);
+}
+
+// The exchange's sizes follow the transports' eager limit, read through MPI_T: messages of the
+// limit less 64 bytes (the header takes 49-56 bytes in Open MPI 4.1's shared-memory transport),
+// buffers up to min(48 KiB, 12 x limit); unknown (0) keeps 4032 bytes and 48 KiB.
+BOOST_AUTO_TEST_CASE(exchange_follows_the_eager_limit) {
+  using limits = hd::mpi_comm::exchange_limits;
+  static_assert(hd::detail::exchange_for_eager_limit(0) == limits{49152, 4032});
+  static_assert(hd::detail::exchange_for_eager_limit(4096) == limits{49152, 4032});
+  static_assert(hd::detail::exchange_for_eager_limit(8192) == limits{49152, 8128});
+  static_assert(hd::detail::exchange_for_eager_limit(2048) == limits{24576, 1984});
+  static_assert(hd::detail::exchange_for_eager_limit(1) == limits{3072, 192});
+  auto c = make_comm();
+  BOOST_TEST((c.exchange() == hd::detail::exchange_for_eager_limit(c.eager_limit())));
+#ifdef OPEN_MPI
+  // Open MPI 4 and 5 have the shared-memory transport's variable: the limit is known, and is the
+  // one the run was given (CTest's second registration sets 8192) when set.
+  BOOST_TEST(c.eager_limit() > 0u);
+  if (const char* set = std::getenv("OMPI_MCA_btl_vader_eager_limit")) {
+    BOOST_TEST(c.eager_limit() == std::strtoull(set, nullptr, 10));
+  }
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(reduce_scatter_times_out_naming_the_late_rank_then_completes) {

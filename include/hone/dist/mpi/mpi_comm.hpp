@@ -41,7 +41,9 @@
 //
 // all_reduce of at most 48 KiB on up to 8 ranks runs hone's own exchange
 // (detail/p2p_all_reduce.hpp: every rank sends its buffer to every other and reduces in rank
-// order; libnbc's per-call schedule costs more than such a transfer); larger sums ask Open MPI
+// order; libnbc's per-call schedule costs more than such a transfer), as messages under the
+// transports' eager limit, which the communicator reads from Open MPI (eager_limit(),
+// exchange(), set_exchange()); larger sums ask Open MPI
 // for the ring algorithm (detail/iallreduce_ring.hpp: its default for an in-place MPI_Iallreduce
 // on fewer than 4 ranks sends every byte through rank 0 twice). reduce_scatter on more than one
 // rank runs hone's own MPI_Isend/MPI_Irecv chunks (detail/p2p_reduce_scatter.hpp; libnbc's only
@@ -198,6 +200,10 @@ class mpi_comm {
   static constexpr std::chrono::milliseconds spin_time{std::chrono::seconds(1)};
   /// Whether all_reduce can ask Open MPI for its ring (the MPI library has the control variable).
   [[nodiscard]] bool asks_for_ring() const noexcept { return state_->ring->available(); }
+  /// How all_reduce's own exchange for small buffers is sized (docs/dist.md, "all_reduce's
+  /// algorithm"): buffers of at most max_bytes bytes on 2 to 8 ranks, as messages of at most
+  /// message_bytes.
+  using exchange_limits = detail::exchange_limits;
 
   /// A started collective. Move-only; default-constructed, it is complete.
   class request {
@@ -344,6 +350,8 @@ class mpi_comm {
     if (naming == missing_ranks::named) s.create_window();
     s.ring.emplace();
     s.p2p.init(s.comm);
+    s.eager_limit = detail::transport_eager_limit(s.comm);
+    s.exchange = detail::exchange_for_eager_limit(s.eager_limit);
   }
 
   mpi_comm(mpi_comm&&) noexcept = default;
@@ -362,6 +370,26 @@ class mpi_comm {
   [[nodiscard]] MPI_Comm native() const noexcept { return state_->comm; }
   /// Whether a timeout names the ranks that have not started the collective.
   [[nodiscard]] bool names_missing_ranks() const noexcept { return state_->win != MPI_WIN_NULL; }
+
+  /// The eager limit of the MPI library's transports (bytes per message with its header), read
+  /// through the MPI tool interface when the communicator was made and agreed by its ranks; 0
+  /// when unknown (another MPI library, Open MPI's pml/ucx). detail/eager_limit.hpp says which
+  /// variables.
+  [[nodiscard]] std::size_t eager_limit() const noexcept { return state_->eager_limit; }
+  /// all_reduce's exchange: by default exchange_for_eager_limit(eager_limit()) (messages that go
+  /// eagerly, buffers up to 48 KiB).
+  [[nodiscard]] exchange_limits exchange() const noexcept { return state_->exchange; }
+  /// Sizes the exchange for the all_reduces started from now on; max_bytes = 0 turns it off.
+  /// Every rank must set the same values (their receives are posted with the message sizes), like
+  /// any collective setting; no rank checks the others.
+  void set_exchange(exchange_limits limits) {
+    HONE_REQUIRE(limits.max_bytes == 0 || limits.message_bytes > 0,
+                 "hone::dist::mpi_comm::set_exchange: message_bytes must be positive when the "
+                 "exchange is on (max_bytes = " +
+                     std::to_string(limits.max_bytes) + ")");
+    const auto lock = state_->guard();
+    state_->exchange = limits;
+  }
 
   /// Starts a thread that drives this communicator's collectives in flight every `interval`
   /// (their transfers and hone's own reductions move while the program computes, without its
@@ -397,9 +425,10 @@ class mpi_comm {
     const int count = checked_count(data.size(), "all_reduce");
     const auto lock = state_->guard();
     // Small messages on a few ranks: hone's own exchange (detail/p2p_all_reduce.hpp).
-    if (detail::p2p_all_reduce_fits(size(), data.size_bytes())) {
+    if (detail::p2p_all_reduce_fits(state_->exchange, size(), data.size_bytes())) {
       auto p2p = detail::start_all_reduce(state_->p2p, state_->comm, rank(), size(), data.data(),
-                                          data.size(), detail::mpi_type<T>(), op, state_->sequence);
+                                          data.size(), detail::mpi_type<T>(), op, state_->sequence,
+                                          state_->exchange.message_bytes);
       check(p2p->error(), "all_reduce", p2p->failed_call());
       return started(MPI_REQUEST_NULL, "all_reduce", to_string(op), data.size(),
                      detail::type_name<T>(), std::move(p2p));

@@ -35,16 +35,35 @@
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
 
-/// all_reduce runs p2p_all_reduce for buffers of at most this many bytes (on at most
-/// p2p_all_reduce::max_ranks ranks); larger ones run MPI_Iallreduce (with the ring for sums). Read
-/// when an all_reduce starts; a variable so that tests can switch the path (0: never).
-inline std::size_t p2p_all_reduce_max_bytes = std::size_t{48} << 10;
+/// How all_reduce's own exchange is sized on one communicator: buffers of at most max_bytes (on at
+/// most p2p_all_reduce::max_ranks ranks) run it, as messages of at most message_bytes each (at most
+/// p2p_all_reduce::max_messages per peer: larger pieces when that is not enough); larger buffers
+/// run MPI_Iallreduce (with the ring for sums). Every rank of the communicator must use the same
+/// values (the receives are posted with the message sizes).
+struct exchange_limits {
+  std::size_t max_bytes = std::size_t{48} << 10;  // 0: the exchange is never used
+  std::size_t message_bytes = 4032;
+  friend bool operator==(const exchange_limits&, const exchange_limits&) = default;
+};
 
-/// The exchange sends a buffer as messages of at most this many bytes (at most max_messages per
-/// peer: larger pieces when that is not enough). 4032: under the eager limit of Open MPI's
-/// shared-memory transport (btl/vader: 4096 bytes with the header), so that no message waits for
-/// the rendezvous handshake and single copy (about 2 us more for one 4 KiB message, measured).
-inline std::size_t p2p_all_reduce_message_bytes = 4032;
+/// What an eager limit of the transport (bytes per message with the MPI library's own header;
+/// 0 when unknown) makes of exchange_limits:
+/// - message_bytes = limit - 64: every message goes eagerly. A message whose payload and header
+///   pass the limit waits for a rendezvous handshake and a single-copy read (about 2 us more for
+///   one 4 KiB message on Open MPI's shared-memory transport, whose header takes 49-56 bytes:
+///   payloads of 4040 bytes went eagerly under its default limit of 4096, 4048 did not).
+/// - max_bytes = min(48 KiB, 12 x limit): the exchange sends n - 1 copies of the whole buffer where
+///   a ring sends 2 (n - 1) / n, so it pays for small buffers only: it was faster than
+///   MPI_Iallreduce's ring up to 48 KiB on 2 and 3 ranks, and level or slower beyond even with an
+///   8192-byte limit. Under a smaller limit, 16 messages per peer (the most) hold 12 x limit
+///   before a message would pass the limit.
+/// Measured with Open MPI 4.1 (docs/benchmarks.md); an unknown limit gives the defaults, which
+/// are those of a 4096-byte limit.
+[[nodiscard]] constexpr exchange_limits exchange_for_eager_limit(std::size_t limit) noexcept {
+  if (limit == 0) return {};
+  const std::size_t l = std::max<std::size_t>(limit, 256);
+  return {std::min<std::size_t>(std::size_t{48} << 10, 12 * l), l - 64};
+}
 
 /// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
 class p2p_all_reduce final : public p2p_op {
@@ -59,6 +78,7 @@ class p2p_all_reduce final : public p2p_op {
     void* data;      // in place
     std::size_t n;   // elements
     std::size_t elem;
+    std::size_t message_bytes;  // exchange_limits::message_bytes
     MPI_Datatype type;
     p2p_reduce_fn op;
     int tag;
@@ -75,7 +95,7 @@ class p2p_all_reduce final : public p2p_op {
     scratch_ = std::move(scratch);
     scratch_size_ = scratch_size;
     const std::size_t per =
-        std::max<std::size_t>({1, p2p_all_reduce_message_bytes / a_.elem,
+        std::max<std::size_t>({1, a_.message_bytes / a_.elem,
                                (a_.n + max_messages - 1) / static_cast<std::size_t>(max_messages)});
     const int messages = static_cast<int>((a_.n + per - 1) / per);
     count_ = 2 * (a_.size - 1) * messages;
@@ -138,22 +158,24 @@ class p2p_all_reduce final : public p2p_op {
 };
 
 /// Whether all_reduce of `bytes` bytes on `size` ranks runs p2p_all_reduce.
-[[nodiscard]] inline bool p2p_all_reduce_fits(int size, std::size_t bytes) noexcept {
-  return size > 1 && size <= p2p_all_reduce::max_ranks && bytes > 0 &&
-         bytes <= p2p_all_reduce_max_bytes;
+[[nodiscard]] inline bool p2p_all_reduce_fits(const exchange_limits& limits, int size,
+                                              std::size_t bytes) noexcept {
+  return size > 1 && size <= p2p_all_reduce::max_ranks && bytes > 0 && bytes <= limits.max_bytes;
 }
 
-/// Starts the all-reduce (`op`) of `data` (n elements) for collective number `seq` of the
-/// communicator whose collectives `ops` holds. Check error() of the result.
+/// Starts the all-reduce (`op`) of `data` (n elements, as messages of at most `message_bytes`) for
+/// collective number `seq` of the communicator whose collectives `ops` holds. Check error() of
+/// the result.
 template <class T>
 std::shared_ptr<p2p_all_reduce> start_all_reduce(p2p_ops& ops, MPI_Comm comm, int rank, int size,
                                                  T* data, std::size_t n, MPI_Datatype type,
-                                                 reduce_op op, std::uint64_t seq) {
+                                                 reduce_op op, std::uint64_t seq,
+                                                 std::size_t message_bytes) {
   ops.reserve_one();  // nothing throws once the transfers are posted
   auto [scratch, bytes] = ops.scratch(p2p_all_reduce::scratch_bytes(size, n * sizeof(T)));
   auto started = std::make_shared<p2p_all_reduce>(
-      p2p_all_reduce::args{comm, rank, size, data, n, sizeof(T), type, p2p_reduction<T>(op),
-                           ops.tag_of(seq)},
+      p2p_all_reduce::args{comm, rank, size, data, n, sizeof(T), message_bytes, type,
+                           p2p_reduction<T>(op), ops.tag_of(seq)},
       std::move(scratch), bytes);
   ops.track(started);
   return started;
