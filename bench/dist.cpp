@@ -1,5 +1,5 @@
-// bench/dist.cpp (mpi_bench_dist): two tables, each row interleaved with MPI's blocking collective
-// on the same buffers, in the same run, repetition by repetition (the order rotated each
+// bench/dist.cpp (mpi_bench_dist): three tables, each row interleaved with MPI's blocking
+// collective on the same buffers, in the same run, repetition by repetition (the order rotated each
 // repetition).
 //
 // allreduce_bus_bandwidth: hone::dist::mpi_comm::all_reduce (sum, in place) against raw
@@ -14,24 +14,31 @@
 // coll/tuned), 4 KiB .. 64 MiB of input in powers of 4 (sizes rounded down to a multiple of the
 // ranks). Rows: mpi (MPI_Reduce_scatter_block), hone, and mpi_nb (MPI_Ireduce_scatter_block +
 // MPI_Wait: libnbc's binomial reduce and scatter, which hone ran before its ring). With
-// --type bf16 or fp16 the elements of both tables are hone::bfloat16 or hone::half (data_parallel's
-// 16-bit wires, or a user's 16-bit all_reduce): MPI's rows then use an MPI_Op with the same sum as
-// mpi_comm's (each pair widened to float,
-// added, rounded back; the MPI_Op's loop is scalar, hone's runs on hone::active_isa(), so
-// HONE_ISA=scalar gives hone's rows the element loop as well).
+// allgather_bus_bandwidth: hone::dist::mpi_comm::all_gather (in place: `in` is this rank's block of
+// `out`) + wait() against raw MPI_Allgather (MPI_IN_PLACE), 1 KiB .. 64 MiB of output in powers of
+// 4 (rounded down to a multiple of the ranks). Rows: mpi, hone, and mpi_nb (MPI_Iallgather +
+// MPI_Wait: libnbc).
+//
+// With --type bf16 or fp16 the elements of every table are hone::bfloat16 or hone::half
+// (data_parallel's 16-bit wires, or a user's 16-bit all_reduce): MPI's reducing rows then use an
+// MPI_Op with the same sum as mpi_comm's (each pair widened to float, added, rounded back; the
+// MPI_Op's loop is scalar, hone's runs on hone::active_isa(), so HONE_ISA=scalar gives hone's rows
+// the element loop as well).
 //
 // Run under mpirun (it is not a Google Benchmark program, so scripts/bench's driver does not run
 // it: every rank must run the same number of calls):
 //   scripts/bench-dist                         # builds the bench preset's target, mpirun -np 2
 //   mpirun -np 2 build/bench/bench/mpi_bench_dist [--max-bytes N] [--repetitions N]
-//       [--collective all_reduce|reduce_scatter|both] [--type float|bf16|fp16]
+//       [--collective all_reduce|reduce_scatter|all_gather|both|all] [--type float|bf16|fp16]
+// (both: all_reduce and reduce_scatter, the default; all: the three tables)
 // A sample is the time of a batch of calls divided by its calls, the slowest rank's (MPI_MAX
 // over the ranks after the batch), after a barrier. The batch is sized once per message size
 // from the raw MPI row (doubled until the fastest of 3 batches takes 5 ms, then scaled to about
 // 30 ms; one call for the largest sizes). Reported per size and row: the median time per call,
 // busbw (nccl-tests' definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n for
-// all_reduce and algbw * (n - 1) / n for reduce_scatter, bytes being the input), and the median
-// over repetitions of mpi time / row time (the same repetition's samples; >= 0.95 is hone's goal).
+// all_reduce and algbw * (n - 1) / n for reduce_scatter and all_gather, bytes being the input,
+// the output for all_gather), and the median over repetitions of mpi time / row time (the same
+// repetition's samples; >= 0.95 is hone's goal).
 #include <mpi.h>
 
 #include <algorithm>
@@ -60,6 +67,7 @@ struct args {
   int repetitions = 0;  // 0: by size
   bool all_reduce = true;
   bool reduce_scatter = true;
+  bool all_gather = false;
   std::string type = "float";  // both tables' elements: float, bf16 or fp16
 };
 
@@ -73,12 +81,13 @@ args parse(int argc, char** argv) {
       a.repetitions = std::atoi(argv[++i]);
     } else if (s == "--collective" && i + 1 < argc) {
       const std::string c = argv[++i];
-      a.all_reduce = c == "all_reduce" || c == "both";
-      a.reduce_scatter = c == "reduce_scatter" || c == "both";
-      if (!a.all_reduce && !a.reduce_scatter) {
+      a.all_reduce = c == "all_reduce" || c == "both" || c == "all";
+      a.reduce_scatter = c == "reduce_scatter" || c == "both" || c == "all";
+      a.all_gather = c == "all_gather" || c == "all";
+      if (!a.all_reduce && !a.reduce_scatter && !a.all_gather) {
         std::fprintf(stderr,
-                     "mpi_bench_dist: --collective takes all_reduce, reduce_scatter or both, not "
-                     "'%s'\n",
+                     "mpi_bench_dist: --collective takes all_reduce, reduce_scatter, all_gather, "
+                     "both or all, not '%s'\n",
                      c.c_str());
         std::exit(2);
       }
@@ -91,12 +100,13 @@ args parse(int argc, char** argv) {
       }
       a.type = t;
     } else {
-      std::fprintf(stderr,
-                   "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
-                   "default 268435456), --repetitions N (default: 15, fewer for large sizes), "
-                   "--collective all_reduce|reduce_scatter|both (default both) and --type "
-                   "float|bf16|fp16 (the elements, default float)\n",
-                   s.c_str());
+      std::fprintf(
+          stderr,
+          "mpi_bench_dist: unknown argument '%s'; use --max-bytes N (largest message, "
+          "default 268435456), --repetitions N (default: 15, fewer for large sizes), "
+          "--collective all_reduce|reduce_scatter|all_gather|both|all (default both) and --type "
+          "float|bf16|fp16 (the elements, default float)\n",
+          s.c_str());
       std::exit(2);
     }
   }
@@ -265,6 +275,50 @@ void reduce_scatter_table(MPI_Comm world, int rank, int size, const args& a, hd:
         static_cast<double>(size - 1) / static_cast<double>(size), run);
 }
 
+/// allgather_bus_bandwidth for elements of type T (in place).
+template <class T>
+void all_gather_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi_comm& named,
+                      MPI_Comm raw_comm) {
+  const std::size_t ag_max = std::min(a.max_bytes, std::size_t{64} << 20);
+  const auto ranks = static_cast<std::size_t>(size);
+  const MPI_Datatype type = hd::detail::mpi_type<T>();
+  std::vector<T> out(ag_max / sizeof(T), T(1.0f));
+  if (rank == 0) {
+    std::printf(
+        "allgather_bus_bandwidth: %d ranks, %s, in place, bytes = the output (in = bytes / "
+        "ranks); time per call (median), algbw = bytes/time, busbw = algbw*(n-1)/n, ratio = "
+        "median over repetitions of mpi time / row time\n",
+        size, hd::detail::type_name<T>());
+    std::printf(
+        "hone's exchange: outputs up to %zu bytes as messages of up to %zu bytes (eager "
+        "limit %zu, 0: unknown)\n",
+        named.exchange().max_bytes, named.exchange().message_bytes, named.eager_limit());
+  }
+  auto run = [&](int which, std::size_t bytes) {
+    const std::size_t m = bytes / sizeof(T) / ranks;
+    std::span<T> all(out.data(), m * ranks);
+    std::span<const T> mine(out.data() + m * static_cast<std::size_t>(rank), m);
+    switch (which) {
+      case 0:
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), static_cast<int>(m), type,
+                      raw_comm);
+        break;
+      case 1:
+        named.all_gather(mine, all).wait();
+        break;
+      default: {
+        MPI_Request req = MPI_REQUEST_NULL;
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data(), static_cast<int>(m), type,
+                       raw_comm, &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        break;
+      }
+    }
+  };
+  table(world, rank, a, 1024, ag_max, {"mpi", "hone", "mpi_nb"},
+        static_cast<double>(size - 1) / static_cast<double>(size), run);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +342,7 @@ int main(int argc, char** argv) {
   const auto tables = [&]<class T>(MPI_Op sum) {
     if (a.all_reduce) all_reduce_table<T>(world, rank, size, a, named, not_named, raw_comm, sum);
     if (a.reduce_scatter) reduce_scatter_table<T>(world, rank, size, a, named, raw_comm, sum);
+    if (a.all_gather) all_gather_table<T>(world, rank, size, a, named, raw_comm);
   };
   if (a.type == "bf16") {
     tables.template operator()<hone::bfloat16>(sum16);

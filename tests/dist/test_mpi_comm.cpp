@@ -78,14 +78,15 @@ void check_sum(hd::mpi_comm& c, std::size_t n) {
   BOOST_TEST(wrong == 0u, "n = " << n);
 }
 
-// Runs f() with both of all_reduce's paths for small messages on `c`: hone's own exchange
-// (detail/p2p_all_reduce.hpp, the default up to 48 KiB) and MPI_Iallreduce (the exchange off).
+// Runs f() with both paths of all_reduce and all_gather for small messages on `c`: hone's own
+// exchange (detail/p2p_all_reduce.hpp and p2p_all_gather.hpp, the default up to 48 KiB) and MPI's
+// non-blocking collectives (the exchange off).
 template <class F>
-void with_both_all_reduce_paths(hd::mpi_comm& c, F&& f) {
+void with_and_without_the_exchange(hd::mpi_comm& c, F&& f) {
   const auto defaults = c.exchange();
   for (const std::size_t max_bytes : {defaults.max_bytes, std::size_t{0}}) {
-    BOOST_TEST_CONTEXT((max_bytes == 0 ? "MPI_Iallreduce" : "own exchange")) {
-      c.set_exchange({max_bytes, defaults.message_bytes});
+    BOOST_TEST_CONTEXT((max_bytes == 0 ? "MPI's collective" : "own exchange")) {
+      c.set_exchange({max_bytes, defaults.message_bytes, defaults.gather_block_bytes});
       f();
     }
   }
@@ -94,7 +95,7 @@ void with_both_all_reduce_paths(hd::mpi_comm& c, F&& f) {
 
 BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
   auto c = make_comm();
-  with_both_all_reduce_paths(c, [&] {
+  with_and_without_the_exchange(c, [&] {
     for (std::size_t n : {0u, 1u, 7u, 1000u, 4099u, 12288u, 12289u, 100003u}) {
       check_sum<float>(c, n);
       check_sum<double>(c, n);
@@ -108,7 +109,7 @@ BOOST_AUTO_TEST_CASE(all_reduce_sum_float_and_double) {
 
 BOOST_AUTO_TEST_CASE(all_reduce_max_with_nan_and_signed_zero) {
   auto c = make_comm();
-  with_both_all_reduce_paths(c, [&] {
+  with_and_without_the_exchange(c, [&] {
     const std::size_t n = 1001;
     std::vector<float> f(n);
     std::vector<double> d(n);
@@ -181,34 +182,55 @@ BOOST_AUTO_TEST_CASE(reduce_scatter_blocks) {
   }
 }
 
+// Blocks of 0, 1, 3 and 1001 floats (one message of the exchange), 2047 (8188 bytes: three
+// messages, the largest block the exchange takes under the default limit) and 2049 (MPI's
+// MPI_Iallgather), copied and in place (doubles: 1001 and more take MPI's path), two in flight at
+// once; through both paths, and with the message size lowered to 8 bytes (the pieces grow to
+// fit 16 messages per peer).
+void check_all_gather(hd::mpi_comm& c, std::size_t m) {
+  const auto n = static_cast<std::size_t>(c.size());
+  std::vector<float> in(m);
+  for (std::size_t k = 0; k < m; ++k) in[k] = static_cast<float>(c.rank() * 10000 + int(k));
+  std::vector<float> out(m * n, -1.0f);
+  // In place: this rank's block of the output is the input.
+  std::vector<double> buf(m * n, -1.0);
+  const std::size_t mine = static_cast<std::size_t>(c.rank()) * m;
+  for (std::size_t k = 0; k < m; ++k) buf[mine + k] = c.rank() + 0.25 * static_cast<double>(k);
+  auto copied = c.all_gather(std::span<const float>(in), std::span<float>(out));
+  auto in_place =
+      c.all_gather(std::span<const double>(buf.data() + mine, m), std::span<double>(buf));
+  in_place.wait();  // out of order
+  copied.wait();
+  std::size_t wrong = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t k = 0; k < m; ++k) {
+      wrong += out[r * m + k] != static_cast<float>(static_cast<int>(r) * 10000 + int(k));
+    }
+  }
+  BOOST_TEST(wrong == 0u, "m = " << m);
+  wrong = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t k = 0; k < m; ++k) {
+      wrong += buf[r * m + k] != static_cast<double>(r) + 0.25 * static_cast<double>(k);
+    }
+  }
+  BOOST_TEST(wrong == 0u, "in place, m = " << m);
+}
+
 BOOST_AUTO_TEST_CASE(all_gather_blocks_and_in_place) {
   auto c = make_comm();
-  const auto n = static_cast<std::size_t>(c.size());
-  for (std::size_t m : {0u, 1u, 3u, 1001u}) {
-    std::vector<float> in(m);
-    for (std::size_t k = 0; k < m; ++k) in[k] = static_cast<float>(c.rank() * 10000 + int(k));
-    std::vector<float> out(m * n, -1.0f);
-    c.all_gather(std::span<const float>(in), std::span<float>(out)).wait();
-    std::size_t wrong = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t k = 0; k < m; ++k) {
-        wrong += out[r * m + k] != static_cast<float>(static_cast<int>(r) * 10000 + int(k));
-      }
+  BOOST_TEST(c.exchange().gather_block_bytes == 2 * (c.exchange().message_bytes + 64));
+  with_and_without_the_exchange(c, [&] {
+    for (std::size_t m : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1001},
+                          c.exchange().gather_block_bytes / sizeof(float) - 1,
+                          c.exchange().gather_block_bytes / sizeof(float) + 1}) {
+      check_all_gather(c, m);
     }
-    BOOST_TEST(wrong == 0u, "m = " << m);
-    // In place: this rank's block of the output is the input.
-    std::vector<double> buf(m * n, -1.0);
-    const std::size_t mine = static_cast<std::size_t>(c.rank()) * m;
-    for (std::size_t k = 0; k < m; ++k) buf[mine + k] = c.rank() + 0.25 * static_cast<double>(k);
-    c.all_gather(std::span<const double>(buf.data() + mine, m), std::span<double>(buf)).wait();
-    wrong = 0;
-    for (std::size_t r = 0; r < n; ++r) {
-      for (std::size_t k = 0; k < m; ++k) {
-        wrong += buf[r * m + k] != static_cast<double>(r) + 0.25 * static_cast<double>(k);
-      }
-    }
-    BOOST_TEST(wrong == 0u, "in place, m = " << m);
-  }
+  });
+  const auto limits = c.exchange();
+  c.set_exchange({limits.max_bytes, 8, limits.gather_block_bytes});
+  check_all_gather(c, 1001);
+  c.set_exchange(limits);
 }
 
 BOOST_AUTO_TEST_CASE(broadcast_from_the_last_rank) {
@@ -678,12 +700,12 @@ BOOST_AUTO_TEST_CASE(small_all_reduce_sums_in_rank_order) {
   for (std::size_t n : {std::size_t{1}, std::size_t{2048}, std::size_t{6000}}) {
     check_rank_order_all_reduce<double>(c, n);
   }
-  c.set_exchange({limits.max_bytes, 8});
+  c.set_exchange({limits.max_bytes, 8, limits.gather_block_bytes});
   check_rank_order_all_reduce<float>(c, 1000);
   check_rank_order_all_reduce<double>(c, 5);
   c.set_exchange(limits);
-  BOOST_CHECK_THROW(c.set_exchange({1024, 0}), hone::config_error);
-  c.set_exchange({0, 0});  // off: MPI_Iallreduce, whatever the message size
+  BOOST_CHECK_THROW(c.set_exchange({1024, 0, 1024}), hone::config_error);
+  c.set_exchange({0, 0, 0});  // off: MPI_Iallreduce, whatever the message size
   check_sum<float>(c, 1000);
 }
 
@@ -692,11 +714,11 @@ BOOST_AUTO_TEST_CASE(small_all_reduce_sums_in_rank_order) {
 // buffers up to min(48 KiB, 12 x limit); unknown (0) keeps 4032 bytes and 48 KiB.
 BOOST_AUTO_TEST_CASE(exchange_follows_the_eager_limit) {
   using limits = hd::mpi_comm::exchange_limits;
-  static_assert(hd::detail::exchange_for_eager_limit(0) == limits{49152, 4032});
-  static_assert(hd::detail::exchange_for_eager_limit(4096) == limits{49152, 4032});
-  static_assert(hd::detail::exchange_for_eager_limit(8192) == limits{49152, 8128});
-  static_assert(hd::detail::exchange_for_eager_limit(2048) == limits{24576, 1984});
-  static_assert(hd::detail::exchange_for_eager_limit(1) == limits{3072, 192});
+  static_assert(hd::detail::exchange_for_eager_limit(0) == limits{49152, 4032, 8192});
+  static_assert(hd::detail::exchange_for_eager_limit(4096) == limits{49152, 4032, 8192});
+  static_assert(hd::detail::exchange_for_eager_limit(8192) == limits{49152, 8128, 16384});
+  static_assert(hd::detail::exchange_for_eager_limit(2048) == limits{24576, 1984, 4096});
+  static_assert(hd::detail::exchange_for_eager_limit(1) == limits{3072, 192, 512});
   auto c = make_comm();
   BOOST_TEST((c.exchange() == hd::detail::exchange_for_eager_limit(c.eager_limit())));
 #ifdef OPEN_MPI

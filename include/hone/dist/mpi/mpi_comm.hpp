@@ -43,7 +43,8 @@
 // (detail/p2p_all_reduce.hpp: every rank sends its buffer to every other and reduces in rank
 // order; libnbc's per-call schedule costs more than such a transfer), as messages under the
 // transports' eager limit, which the communicator reads from Open MPI (eager_limit(),
-// exchange(), set_exchange()); larger sums ask Open MPI
+// exchange(), set_exchange()); so does all_gather of blocks of at most 8 KiB (twice the limit:
+// detail/p2p_all_gather.hpp, straight into the output). Larger sums ask Open MPI
 // for the ring algorithm (detail/iallreduce_ring.hpp: its default for an in-place MPI_Iallreduce
 // on fewer than 4 ranks sends every byte through rank 0 twice). reduce_scatter on more than one
 // rank runs hone's own MPI_Isend/MPI_Irecv chunks (detail/p2p_reduce_scatter.hpp; libnbc's only
@@ -200,9 +201,10 @@ class mpi_comm {
   static constexpr std::chrono::milliseconds spin_time{std::chrono::seconds(1)};
   /// Whether all_reduce can ask Open MPI for its ring (the MPI library has the control variable).
   [[nodiscard]] bool asks_for_ring() const noexcept { return state_->ring->available(); }
-  /// How all_reduce's own exchange for small buffers is sized (docs/dist.md, "all_reduce's
-  /// algorithm"): buffers of at most max_bytes bytes on 2 to 8 ranks, as messages of at most
-  /// message_bytes.
+  /// How the own exchange of all_reduce and all_gather for small buffers is sized (docs/dist.md,
+  /// "all_reduce's algorithm"): on 2 to 8 ranks, all_reduce of at most max_bytes bytes and
+  /// all_gather of blocks of at most gather_block_bytes (and outputs of at most max_bytes), as
+  /// messages of at most message_bytes.
   using exchange_limits = detail::exchange_limits;
 
   /// A started collective. Move-only; default-constructed, it is complete.
@@ -376,10 +378,11 @@ class mpi_comm {
   /// when unknown (another MPI library, Open MPI's pml/ucx). detail/eager_limit.hpp says which
   /// variables.
   [[nodiscard]] std::size_t eager_limit() const noexcept { return state_->eager_limit; }
-  /// all_reduce's exchange: by default exchange_for_eager_limit(eager_limit()) (messages that go
-  /// eagerly, buffers up to 48 KiB).
+  /// The exchange's sizes: by default exchange_for_eager_limit(eager_limit()) (messages that go
+  /// eagerly, all_reduce buffers up to 48 KiB, all_gather blocks up to twice the limit).
   [[nodiscard]] exchange_limits exchange() const noexcept { return state_->exchange; }
-  /// Sizes the exchange for the all_reduces started from now on; max_bytes = 0 turns it off.
+  /// Sizes the exchange for the all_reduces and all_gathers started from now on; max_bytes = 0
+  /// turns it off.
   /// Every rank must set the same values (their receives are posted with the message sizes), like
   /// any collective setting; no rank checks the others.
   void set_exchange(exchange_limits limits) {
@@ -488,6 +491,15 @@ class mpi_comm {
         !in.empty() && in.data() == out.data() + in.size() * static_cast<std::size_t>(rank());
     if (!in_place) require_disjoint(in, std::span<const T>(out), "all_gather");
     const auto lock = state_->guard();
+    // Small blocks on a few ranks: hone's own exchange (detail/p2p_all_gather.hpp).
+    if (detail::p2p_all_gather_fits(state_->exchange, size(), in.size_bytes())) {
+      auto p2p = detail::start_all_gather(
+          state_->p2p, state_->comm, rank(), size(), in_place ? nullptr : in.data(), out.data(),
+          in.size(), detail::mpi_type<T>(), state_->sequence, state_->exchange.message_bytes);
+      check(p2p->error(), "all_gather", p2p->failed_call());
+      return started(MPI_REQUEST_NULL, "all_gather", "", out.size(), detail::type_name<T>(),
+                     std::move(p2p));
+    }
     MPI_Request r = MPI_REQUEST_NULL;
     check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data(), static_cast<int>(in.size()),
                          detail::mpi_type<T>(), out.data(), static_cast<int>(in.size()),

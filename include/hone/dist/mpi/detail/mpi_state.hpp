@@ -24,6 +24,7 @@
 #include "hone/dist/mpi/detail/heartbeat.hpp"
 #include "hone/dist/mpi/detail/iallreduce_ring.hpp"
 #include "hone/dist/mpi/detail/mpi_errors.hpp"
+#include "hone/dist/mpi/detail/p2p_all_gather.hpp"
 #include "hone/dist/mpi/detail/p2p_all_reduce.hpp"
 #include "hone/dist/mpi/detail/p2p_reduce_scatter.hpp"
 #include "hone/dist/mpi/detail/progress_thread.hpp"

@@ -40,9 +40,13 @@ namespace dist::detail {
 /// p2p_all_reduce::max_messages per peer: larger pieces when that is not enough); larger buffers
 /// run MPI_Iallreduce (with the ring for sums). Every rank of the communicator must use the same
 /// values (the receives are posted with the message sizes).
+///
+/// all_gather (p2p_all_gather.hpp) runs the same exchange when its output is at most max_bytes
+/// and each rank's block at most gather_block_bytes.
 struct exchange_limits {
   std::size_t max_bytes = std::size_t{48} << 10;  // 0: the exchange is never used
   std::size_t message_bytes = 4032;
+  std::size_t gather_block_bytes = 8192;
   friend bool operator==(const exchange_limits&, const exchange_limits&) = default;
 };
 
@@ -57,12 +61,16 @@ struct exchange_limits {
 ///   MPI_Iallreduce's ring up to 48 KiB on 2 and 3 ranks, and level or slower beyond even with an
 ///   8192-byte limit. Under a smaller limit, 16 messages per peer (the most) hold 12 x limit
 ///   before a message would pass the limit.
+/// - gather_block_bytes = 2 x limit: an all-gather moves as many bytes as a ring would, but its
+///   eager messages cost more per byte than the single copy of MPI's rendezvous, so it pays while
+///   each block is a few messages: it was faster than MPI_Iallgather with blocks of up to 2 x limit
+///   (limits of 4096 and 8192, 2 and 3 ranks) and not always beyond.
 /// Measured with Open MPI 4.1 (docs/benchmarks.md); an unknown limit gives the defaults, which
 /// are those of a 4096-byte limit.
 [[nodiscard]] constexpr exchange_limits exchange_for_eager_limit(std::size_t limit) noexcept {
   if (limit == 0) return {};
   const std::size_t l = std::max<std::size_t>(limit, 256);
-  return {std::min<std::size_t>(std::size_t{48} << 10, 12 * l), l - 64};
+  return {std::min<std::size_t>(std::size_t{48} << 10, 12 * l), l - 64, 2 * l};
 }
 
 /// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
