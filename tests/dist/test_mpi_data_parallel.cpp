@@ -147,9 +147,13 @@ BOOST_AUTO_TEST_CASE(a_late_rank_makes_the_others_throw_naming_the_step_and_the_
   auto t = scenario_trainer(m, hone::data_parallel(c, scenario_buckets));
   const int late = c.size() - 1;
   for (int s = 0; s < 2; ++s) (void)t.step(scenario_batch({}, s, c.rank()));  // steps 1, 2
+  // Applied steps so far (2 on 2 and 3 ranks; the fp16 scaler may skip one on more ranks).
+  const auto applied = t.steps_done();
   const auto& plan = t.gradient_reduction().buckets();
-  BOOST_TEST(plan.size() == 6u);
-  c.barrier().wait();  // everybody is here (collective #24)
+  // The plan depends on the number of ranks (blocks are whole elements per rank): 6 buckets on 2
+  // and 3 ranks, what CTest runs; the checks below read the plan on more.
+  if (c.size() <= 3) BOOST_TEST(plan.size() == 6u);
+  c.barrier().wait();  // everybody is here (collective #4 x pieces, below: #24 on 3 ranks)
   c.set_timeout(milliseconds(300));
   if (c.rank() == late) {
     std::this_thread::sleep_for(milliseconds(1500));
@@ -174,22 +178,26 @@ BOOST_AUTO_TEST_CASE(a_late_rank_makes_the_others_throw_naming_the_step_and_the_
     // then came the barrier.
     const std::size_t pieces =
         plan.size() + (plan.back().count % static_cast<std::size_t>(c.size()) != 0 ? 1 : 0);
-    BOOST_TEST(pieces == (c.size() == 2 ? 7u : 6u));
-    const std::string where = "hone::data_parallel: step 3, bucket 0 of 6 (arena elements [" +
+    // Checked on 2 and 3 ranks (CTest); on more, steps the scaler skipped change the count.
+    const bool counted = c.size() <= 3;
+    if (counted) BOOST_TEST(pieces == (c.size() == 2 ? 7u : 6u));
+    const std::string where = "hone::data_parallel: step 3, bucket 0 of " +
+                              std::to_string(plan.size()) + " (arena elements [" +
                               std::to_string(plan[0].offset) + ", 81)) on rank " +
                               std::to_string(c.rank()) + " of " + std::to_string(c.size()) +
                               ", reduce_scatter: hone::dist::mpi_comm: reduce_scatter #" +
-                              std::to_string(2 * 2 * pieces + 1);
+                              (counted ? std::to_string(2 * 2 * pieces + 1) : "");
     BOOST_TEST(message.find(where) == 0u, message);
     BOOST_TEST(message.find("did not complete within 300 ms") != std::string::npos, message);
     // The communicator's message names the late rank (its last collective was the barrier).
     const std::string missing = "rank " + std::to_string(late) +
                                 " has not started it (the last collective it started: #" +
-                                std::to_string(2 * 2 * pieces) + ")";
+                                (counted ? std::to_string(2 * 2 * pieces) + ")" : "");
     BOOST_TEST(message.find(missing) != std::string::npos, message);
     BOOST_TEST(message.find("finish_pending()") != std::string::npos, message);
     BOOST_TEST(t.gradient_reduction().pending());
-    BOOST_TEST(t.steps_done() == 2u);  // the failed step applied nothing
+    BOOST_TEST(t.steps_done() == applied);  // the failed step applied nothing
+    if (counted) BOOST_TEST(applied == 2u);
     c.set_timeout(seconds(20));
     t.gradient_reduction().finish_pending();  // the late rank arrives
     BOOST_TEST(!t.gradient_reduction().pending());

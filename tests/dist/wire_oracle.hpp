@@ -7,8 +7,8 @@
 // give: each rank's value rounded to T, the sum of the N rounded values taken two at a time in
 // fp32 and rounded back to T after each sum, the average (fp32 division, rounded to T), widened to
 // float. The left fold in rank order ((g0 + g1) + g2) + ... is candidate 0 (thread_comm's order);
-// for 3 ranks the other two pairings, (g0 + (g1 + g2)) and ((g0 + g2) + g1), follow (MPI groups
-// the ranks as its algorithm likes). overflow_trainer builds the trainer of the fp16 overflow
+// the other rotations of the rank order follow (mpi_comm's reduce_scatter starts block b's fold at
+// rank b + 1). overflow_trainer builds the trainer of the fp16 overflow
 // check: loss scale 1, so a gradient of 40000 reaches the reduction as 40000.
 #pragma once
 
@@ -40,15 +40,17 @@ inline std::vector<float> wire_gradients(std::size_t elements, int rank) {
   return g;
 }
 
-/// The pairings of N ranks' values the oracle accepts: the left fold in rank order, and for 3
-/// ranks the two other groupings.
+/// The orders of N ranks' values the oracle accepts: the n rotations of the rank order,
+/// g_{s+1}, g_{s+2}, ..., g_s (ranks mod n), each a left fold. s = n - 1 is the left fold in rank
+/// order (thread_comm's); mpi_comm's reduce_scatter folds block b from s = b (docs/dist.md,
+/// "reduce_scatter's algorithm"). For 3 ranks these are ((g0 + g1) + g2), ((g1 + g2) + g0) =
+/// g0 + (g1 + g2) and ((g2 + g0) + g1).
 inline std::vector<std::vector<int>> wire_orders(int ranks) {
-  std::vector<int> fold;
-  for (int r = 0; r < ranks; ++r) fold.push_back(r);
-  std::vector<std::vector<int>> orders{fold};
-  if (ranks == 3) {
-    orders.push_back({0, -1, 1, 2});  // g0 + (g1 + g2): -1 marks "the next two first"
-    orders.push_back({0, 2, 1});      // (g0 + g2) + g1
+  std::vector<std::vector<int>> orders;
+  for (int s = ranks - 1; s >= 0; --s) {
+    std::vector<int> order;
+    for (int k = 1; k <= ranks; ++k) order.push_back((s + k) % ranks);
+    orders.push_back(order);
   }
   return orders;
 }
@@ -64,13 +66,8 @@ std::vector<float> wire_candidates(const std::vector<std::vector<float>>& grads,
   const auto add = [](float a, float b) { return static_cast<float>(T(a + b)); };
   std::vector<float> out;
   for (const auto& order : wire_orders(n)) {
-    float acc = 0;
-    if (order.size() > 1 && order[1] == -1) {  // g0 + (g1 + g2)
-      acc = add(w(0), add(w(1), w(2)));
-    } else {
-      acc = w(order[0]);
-      for (std::size_t k = 1; k < order.size(); ++k) acc = add(acc, w(order[k]));
-    }
+    float acc = w(order[0]);
+    for (std::size_t k = 1; k < order.size(); ++k) acc = add(acc, w(order[k]));
     if (average && n > 1) acc = static_cast<float>(T(acc / static_cast<float>(n)));
     out.push_back(acc);
   }
