@@ -15,8 +15,6 @@
 
 #include <mpi.h>
 
-#include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,12 +28,8 @@ HONE_NAMESPACE_BEGIN
 namespace dist::detail {
 
 /// One small all-gather in flight (see the header comment). Made by start_all_gather.
-class p2p_all_gather final : public p2p_op {
+class p2p_all_gather final : public p2p_exchange {
  public:
-  static constexpr int max_ranks = 8;
-  static constexpr int max_messages = 16;  // per peer and direction
-  static_assert(max_messages <= max_chunks, "the messages' tags must not reach the next slot's");
-
   struct args {
     MPI_Comm comm;
     int rank, size;  // 2 <= size <= max_ranks
@@ -51,49 +45,15 @@ class p2p_all_gather final : public p2p_op {
   /// Copies this rank's block into place, then posts every receive and send. error() says
   /// whether that failed.
   explicit p2p_all_gather(const args& a) : a_(a) {
-    const std::size_t block_bytes = a_.m * a_.elem;
-    if (a_.in != nullptr) std::memcpy(block(a_.rank), a_.in, block_bytes);
-    const std::size_t per =
-        std::max<std::size_t>({1, a_.message_bytes / a_.elem,
-                               (a_.m + max_messages - 1) / static_cast<std::size_t>(max_messages)});
-    const int messages = static_cast<int>((a_.m + per - 1) / per);
-    count_ = 2 * (a_.size - 1) * messages;
-    int k = 0;
-    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
-      if (q == a_.rank) continue;
-      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
-        const std::size_t begin = per * static_cast<std::size_t>(c);
-        rc_ = MPI_Irecv(block(q) + begin * a_.elem, static_cast<int>(std::min(per, a_.m - begin)),
-                        a_.type, q, a_.tag + c, a_.comm, &reqs_[k++]);
-      }
-    }
-    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
-      if (q == a_.rank) continue;
-      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
-        const std::size_t begin = per * static_cast<std::size_t>(c);
-        rc_ = MPI_Isend(block(a_.rank) + begin * a_.elem,
-                        static_cast<int>(std::min(per, a_.m - begin)), a_.type, q, a_.tag + c,
-                        a_.comm, &reqs_[k++]);
-      }
-    }
-    if (rc_ != MPI_SUCCESS) {
-      call_ = "MPI_Isend/MPI_Irecv";
-      fail(reqs_.data(), static_cast<std::size_t>(k));
-    }
+    if (a_.in != nullptr) std::memcpy(block(a_.rank), a_.in, a_.m * a_.elem);
+    post(
+        a_.comm, a_.rank, a_.size, a_.m, a_.elem, a_.message_bytes, a_.type, a_.tag,
+        [this](int q) { return block(q); }, block(a_.rank));
   }
 
   /// Tests the transfers; the all-gather is done once all are complete.
   void progress() noexcept override {
-    if (done_) return;
-    int complete = 0;
-    const int rc = MPI_Testall(count_, reqs_.data(), &complete, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      rc_ = rc;
-      call_ = "MPI_Testall";
-      fail(reqs_.data(), static_cast<std::size_t>(count_));
-      return;
-    }
-    if (complete != 0) done_ = true;
+    if (!done_ && transfers_complete()) done_ = true;
   }
 
  private:
@@ -103,8 +63,6 @@ class p2p_all_gather final : public p2p_op {
   }
 
   args a_;
-  int count_ = 0;
-  std::array<MPI_Request, 2 * (max_ranks - 1) * max_messages> reqs_;  // receives, then sends
 };
 
 /// Whether all_gather of blocks of `block_bytes` bytes on `size` ranks runs p2p_all_gather (the

@@ -73,13 +73,72 @@ struct exchange_limits {
   return {std::min<std::size_t>(std::size_t{48} << 10, 12 * l), l - 64, 2 * l};
 }
 
-/// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
-class p2p_all_reduce final : public p2p_op {
+/// What the exchanges of all_reduce and all_gather (p2p_all_gather.hpp) share: n elements sent to
+/// and received from every other rank of up to max_ranks, as messages of at most message_bytes
+/// (at most max_messages per peer: larger pieces when that is not enough), all posted at once.
+class p2p_exchange : public p2p_op {
  public:
   static constexpr int max_ranks = 8;
   static constexpr int max_messages = 16;  // per peer and direction
   static_assert(max_messages <= max_chunks, "the messages' tags must not reach the next slot's");
 
+ protected:
+  /// Posts the receives of n elements from every other rank q into recv(q), then the sends of
+  /// n elements from `send` to every other rank. On failure error() says which call; the
+  /// collective is then done.
+  template <class Recv>
+  void post(MPI_Comm comm, int rank, int size, std::size_t n, std::size_t elem,
+            std::size_t message_bytes, MPI_Datatype type, int tag, Recv&& recv,
+            const std::byte* send) {
+    const std::size_t per = std::max<std::size_t>(
+        {1, message_bytes / elem, (n + max_messages - 1) / static_cast<std::size_t>(max_messages)});
+    const int messages = static_cast<int>((n + per - 1) / per);
+    count_ = 2 * (size - 1) * messages;
+    int k = 0;
+    for (int q = 0; q < size && rc_ == MPI_SUCCESS; ++q) {
+      if (q == rank) continue;
+      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
+        const std::size_t begin = per * static_cast<std::size_t>(c);
+        rc_ = MPI_Irecv(recv(q) + begin * elem, static_cast<int>(std::min(per, n - begin)), type, q,
+                        tag + c, comm, &reqs_[k++]);
+      }
+    }
+    for (int q = 0; q < size && rc_ == MPI_SUCCESS; ++q) {
+      if (q == rank) continue;
+      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
+        const std::size_t begin = per * static_cast<std::size_t>(c);
+        rc_ = MPI_Isend(send + begin * elem, static_cast<int>(std::min(per, n - begin)), type, q,
+                        tag + c, comm, &reqs_[k++]);
+      }
+    }
+    if (rc_ != MPI_SUCCESS) {
+      call_ = "MPI_Isend/MPI_Irecv";
+      fail(reqs_.data(), static_cast<std::size_t>(k));
+    }
+  }
+
+  /// Tests the transfers: true once all are complete (false, and done with error(), when the
+  /// test fails).
+  bool transfers_complete() noexcept {
+    int complete = 0;
+    const int rc = MPI_Testall(count_, reqs_.data(), &complete, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      rc_ = rc;
+      call_ = "MPI_Testall";
+      fail(reqs_.data(), static_cast<std::size_t>(count_));
+      return false;
+    }
+    return complete != 0;
+  }
+
+ private:
+  int count_ = 0;
+  std::array<MPI_Request, 2 * (max_ranks - 1) * max_messages> reqs_;  // receives, then sends
+};
+
+/// One small all-reduce in flight (see the header comment). Made by start_all_reduce.
+class p2p_all_reduce final : public p2p_exchange {
+ public:
   struct args {
     MPI_Comm comm;
     int rank, size;  // 2 <= size <= max_ranks
@@ -102,48 +161,14 @@ class p2p_all_reduce final : public p2p_op {
       : a_(a) {
     scratch_ = std::move(scratch);
     scratch_size_ = scratch_size;
-    const std::size_t per =
-        std::max<std::size_t>({1, a_.message_bytes / a_.elem,
-                               (a_.n + max_messages - 1) / static_cast<std::size_t>(max_messages)});
-    const int messages = static_cast<int>((a_.n + per - 1) / per);
-    count_ = 2 * (a_.size - 1) * messages;
-    int k = 0;
-    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
-      if (q == a_.rank) continue;
-      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
-        const std::size_t begin = per * static_cast<std::size_t>(c);
-        rc_ = MPI_Irecv(static_cast<std::byte*>(block(q)) + begin * a_.elem,
-                        static_cast<int>(std::min(per, a_.n - begin)), a_.type, q, a_.tag + c,
-                        a_.comm, &reqs_[k++]);
-      }
-    }
-    for (int q = 0; q < a_.size && rc_ == MPI_SUCCESS; ++q) {
-      if (q == a_.rank) continue;
-      for (int c = 0; c < messages && rc_ == MPI_SUCCESS; ++c) {
-        const std::size_t begin = per * static_cast<std::size_t>(c);
-        rc_ = MPI_Isend(static_cast<const std::byte*>(a_.data) + begin * a_.elem,
-                        static_cast<int>(std::min(per, a_.n - begin)), a_.type, q, a_.tag + c,
-                        a_.comm, &reqs_[k++]);
-      }
-    }
-    if (rc_ != MPI_SUCCESS) {
-      call_ = "MPI_Isend/MPI_Irecv";
-      fail(reqs_.data(), static_cast<std::size_t>(k));
-    }
+    post(
+        a_.comm, a_.rank, a_.size, a_.n, a_.elem, a_.message_bytes, a_.type, a_.tag,
+        [this](int q) { return block(q); }, static_cast<const std::byte*>(a_.data));
   }
 
   /// Tests the transfers; once all are complete, reduces in rank order into the buffer.
   void progress() noexcept override {
-    if (done_) return;
-    int complete = 0;
-    const int rc = MPI_Testall(count_, reqs_.data(), &complete, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      rc_ = rc;
-      call_ = "MPI_Testall";
-      fail(reqs_.data(), static_cast<std::size_t>(count_));
-      return;
-    }
-    if (complete == 0) return;
+    if (done_ || !transfers_complete()) return;
     // Every send has completed, so the buffer may change; v_0 first on every rank.
     void* acc = a_.rank == 0 ? a_.data : block(0);
     for (int q = 1; q < a_.size; ++q) {
@@ -155,14 +180,12 @@ class p2p_all_reduce final : public p2p_op {
 
  private:
   /// Where rank q's buffer arrives (q != rank).
-  [[nodiscard]] void* block(int q) const noexcept {
+  [[nodiscard]] std::byte* block(int q) const noexcept {
     const int slot = q < a_.rank ? q : q - 1;
     return scratch_.get() + static_cast<std::size_t>(slot) * a_.n * a_.elem;
   }
 
   args a_;
-  int count_ = 0;
-  std::array<MPI_Request, 2 * (max_ranks - 1) * max_messages> reqs_;  // receives, then sends
 };
 
 /// Whether all_reduce of `bytes` bytes on `size` ranks runs p2p_all_reduce.
