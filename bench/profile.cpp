@@ -30,7 +30,9 @@
 //                          the zones every millisecond; in the pairing it runs during the observed
 //                          trainer's groups only and is parked during off's, so that its wake-ups,
 //                          which take a core from the trainer's two oneTBB threads on the 2-core
-//                          VM, count against recording); phase_timer_metrics: phase_timer and,
+//                          VM, count against recording); phase_timer_recording_50ms: the same
+//                          with a drain every 50 ms (hone::profile::trace's default
+//                          flush_interval; 1 Mi only); phase_timer_metrics: phase_timer and,
 //                          after each step, metrics_sink::log(report) (5 scalars) to a CSV and a
 //                          TensorBoard file (counter stalls: times the queue was full). Counters
 //                          paired_ratio and added_ns: the medians of the ratios and of the
@@ -110,11 +112,12 @@ class discarding_collector {
 /// A collector thread like discarding_collector's that drains only while active: the paired
 /// trainer_step_recording row switches it on for the observed trainer's groups and off (parked on a
 /// condition variable, no wake-ups) for the off trainer's, so that the collector thread's cost is
-/// counted against recording only. set_active(false) returns once the thread is parked.
+/// counted against recording only. set_active(false) returns once the thread is parked. Drains
+/// every `period` while active.
 class gated_collector {
  public:
-  gated_collector()
-      : thread_([this] {
+  explicit gated_collector(std::chrono::milliseconds period = std::chrono::milliseconds(1))
+      : period_(period), thread_([this] {
           hp::collector c;
           std::unique_lock lock(mutex_);
           while (!stop_) {
@@ -128,8 +131,7 @@ class gated_collector {
             lock.unlock();
             c.discard();
             lock.lock();
-            changed_.wait_for(lock, std::chrono::milliseconds(1),
-                              [this] { return !active_ || stop_; });
+            changed_.wait_for(lock, period_, [this] { return !active_ || stop_; });
           }
           c.discard();
         }) {}
@@ -154,6 +156,7 @@ class gated_collector {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool active_ = false, parked_ = false, stop_ = false;
+  std::chrono::milliseconds period_;
   std::thread thread_;  // last: starts once the members above exist
 };
 
@@ -413,14 +416,16 @@ void trainer_step_twin(benchmark::State& state) {
   state.counters["switch_ratio"] = r.switch_ratio;
 }
 
+/// drain_period: how often recording's collector drains (0: recording off).
 template <bool Tiny>
-void trainer_step_timer(benchmark::State& state, bool recording) {
+void trainer_step_timer(benchmark::State& state, std::chrono::milliseconds drain_period) {
+  const bool recording = drain_period.count() > 0;
   auto& on = timer_bench<Tiny>();
   auto& off = off_bench<Tiny>();
   std::optional<gated_collector> drain;
   group_hooks hooks;
   if (recording) {
-    drain.emplace();
+    drain.emplace(drain_period);
     hooks = {[&] { drain->set_active(true); }, [&] { drain->set_active(false); }};
     drain->set_active(true);
   }
@@ -478,11 +483,18 @@ void register_trainer_rows(const char* workload) {
   hone_bench::add(workload, "off", trainer_step_off<Tiny>)->Unit(benchmark::kMicrosecond);
   hone_bench::add(workload, "off_vs_off", trainer_step_twin<Tiny>)->Unit(benchmark::kMicrosecond);
   hone_bench::add(workload, "phase_timer", [](benchmark::State& s) {
-    trainer_step_timer<Tiny>(s, false);
+    trainer_step_timer<Tiny>(s, std::chrono::milliseconds(0));
   })->Unit(benchmark::kMicrosecond);
   hone_bench::add(workload, "phase_timer_recording", [](benchmark::State& s) {
-    trainer_step_timer<Tiny>(s, true);
+    trainer_step_timer<Tiny>(s, std::chrono::milliseconds(1));
   })->Unit(benchmark::kMicrosecond);
+  // The drain of hone::profile::trace's default flush_interval (50 ms); the 1 Mi step only: the
+  // 1K step's zones of 50 ms would pass the 16 MiB buffer limit and be dropped.
+  if constexpr (!Tiny) {
+    hone_bench::add(workload, "phase_timer_recording_50ms", [](benchmark::State& s) {
+      trainer_step_timer<Tiny>(s, std::chrono::milliseconds(50));
+    })->Unit(benchmark::kMicrosecond);
+  }
   hone_bench::add(workload, "phase_timer_metrics", trainer_step_metrics<Tiny>)
       ->Unit(benchmark::kMicrosecond);
 }
