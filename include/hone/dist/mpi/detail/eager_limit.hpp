@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "hone/core/config.hpp"
+#include "hone/dist/mpi/detail/mpi_tool.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
@@ -28,52 +29,42 @@ namespace dist::detail {
 /// The value of the integer control variable `name`, or 0 when the MPI library has no such
 /// variable, it is not an integer of one element, or it cannot be read.
 [[nodiscard]] inline std::uint64_t read_cvar_unsigned(const char* name) noexcept {
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
   int level = MPI_THREAD_SINGLE;
   if (MPI_Query_thread(&level) != MPI_SUCCESS) return 0;
   int provided = 0;
   if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return 0;
   std::uint64_t value = 0;
-  int index = -1;
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  int verbosity = 0, bind = 0, scope = 0;
-  MPI_T_enum enumtype = MPI_T_ENUM_NULL;
-  int name_len = 0, desc_len = 0;  // lengths 0: the name and description are not wanted
-  MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
-  int count = 0;
-  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
-      MPI_T_cvar_get_info(index, nullptr, &name_len, &verbosity, &type, &enumtype, nullptr,
-                          &desc_len, &bind, &scope) == MPI_SUCCESS &&
-      bind == MPI_T_BIND_NO_OBJECT &&
-      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
-    // Wide enough for any integer type MPI_T may use; read by its type.
-    alignas(std::uint64_t) unsigned char buffer[16] = {};
-    if (count == 1 && MPI_T_cvar_read(handle, buffer) == MPI_SUCCESS) {
-      const auto as = [&](auto zero) {
-        decltype(zero) v{};
-        std::memcpy(&v, buffer, sizeof(v));
-        if constexpr (std::is_signed_v<decltype(zero)>) {
-          if (v < 0) return std::uint64_t{0};
-        }
-        return static_cast<std::uint64_t>(v);
-      };
-      if (type == MPI_INT)
-        value = as(int{});
-      else if (type == MPI_UNSIGNED)
-        value = as(0u);
-      else if (type == MPI_LONG)
-        value = as(0L);
-      else if (type == MPI_UNSIGNED_LONG)
-        value = as(0UL);
-      else if (type == MPI_LONG_LONG)
-        value = as(0LL);
-      else if (type == MPI_UNSIGNED_LONG_LONG)
-        value = as(0ULL);
-      else if (type == MPI_COUNT)
-        value = as(MPI_Count{});
-    }
-    MPI_T_cvar_handle_free(&handle);
+  int scope = 0;
+  MPI_T_cvar_handle handle = open_cvar(name, type, scope);
+  // Wide enough for any integer type MPI_T may use; read by its type.
+  alignas(std::uint64_t) unsigned char buffer[16] = {};
+  if (handle != MPI_T_CVAR_HANDLE_NULL && MPI_T_cvar_read(handle, buffer) == MPI_SUCCESS) {
+    const auto as = [&](auto zero) {
+      decltype(zero) v{};
+      std::memcpy(&v, buffer, sizeof(v));
+      if constexpr (std::is_signed_v<decltype(zero)>) {
+        if (v < 0) return std::uint64_t{0};
+      }
+      return static_cast<std::uint64_t>(v);
+    };
+    if (type == MPI_INT)
+      value = as(int{});
+    else if (type == MPI_UNSIGNED)
+      value = as(0u);
+    else if (type == MPI_LONG)
+      value = as(0L);
+    else if (type == MPI_UNSIGNED_LONG)
+      value = as(0UL);
+    else if (type == MPI_LONG_LONG)
+      value = as(0LL);
+    else if (type == MPI_UNSIGNED_LONG_LONG)
+      value = as(0ULL);
+    else if (type == MPI_COUNT)
+      value = as(MPI_Count{});
   }
+  if (handle != MPI_T_CVAR_HANDLE_NULL) MPI_T_cvar_handle_free(&handle);
   MPI_T_finalize();
   return value;
 #else

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "hone/core/config.hpp"
+#include "hone/dist/mpi/detail/mpi_tool.hpp"
 
 HONE_NAMESPACE_BEGIN
 namespace dist::detail {
@@ -30,31 +31,21 @@ class iallreduce_ring {
   static constexpr int ring = 1;
 
   iallreduce_ring() {
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
     int level = MPI_THREAD_SINGLE;
     if (MPI_Query_thread(&level) != MPI_SUCCESS || level == MPI_THREAD_MULTIPLE) return;
     int provided = 0;
     if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return;
     tool_ = true;
-    int index = -1;
-    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS) return;
     MPI_Datatype type = MPI_DATATYPE_NULL;
-    int verbosity = 0, bind = 0, scope = 0;
-    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
-    int name_len = 0, desc_len = 0;  // lengths 0: the name and description are not wanted
-    if (MPI_T_cvar_get_info(index, nullptr, &name_len, &verbosity, &type, &enumtype, nullptr,
-                            &desc_len, &bind, &scope) != MPI_SUCCESS ||
-        type != MPI_INT || scope == MPI_T_SCOPE_CONSTANT || scope == MPI_T_SCOPE_READONLY) {
-      return;
-    }
-    int count = 0;
-    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS || count != 1) {
-      handle_ = MPI_T_CVAR_HANDLE_NULL;
-      return;
-    }
-    // Writable now? (a read-only variable answers MPI_T_ERR_CVAR_SET_NEVER or _NOT_NOW)
+    int scope = 0;
+    handle_ = open_cvar("coll_libnbc_iallreduce_algorithm", type, scope);
+    if (handle_ == MPI_T_CVAR_HANDLE_NULL) return;
+    // An int that may be written, and is writable now? (a read-only variable answers
+    // MPI_T_ERR_CVAR_SET_NEVER or _NOT_NOW)
     int value = 0;
-    if (MPI_T_cvar_read(handle_, &value) != MPI_SUCCESS ||
+    if (type != MPI_INT || scope == MPI_T_SCOPE_CONSTANT || scope == MPI_T_SCOPE_READONLY ||
+        MPI_T_cvar_read(handle_, &value) != MPI_SUCCESS ||
         MPI_T_cvar_write(handle_, &value) != MPI_SUCCESS) {
       MPI_T_cvar_handle_free(&handle_);
       handle_ = MPI_T_CVAR_HANDLE_NULL;
@@ -66,7 +57,7 @@ class iallreduce_ring {
   iallreduce_ring& operator=(const iallreduce_ring&) = delete;
 
   ~iallreduce_ring() {
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
     if (handle_ != MPI_T_CVAR_HANDLE_NULL) MPI_T_cvar_handle_free(&handle_);
     if (tool_) MPI_T_finalize();
 #endif
@@ -74,7 +65,7 @@ class iallreduce_ring {
 
   /// Whether the ring can be asked for.
   [[nodiscard]] bool available() const noexcept {
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
     return handle_ != MPI_T_CVAR_HANDLE_NULL;
 #else
     return false;
@@ -85,7 +76,7 @@ class iallreduce_ring {
   /// selected when available(), then restores the previous setting.
   template <class Start>
   int run(Start&& start) {
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
     int previous = 0;
     if (available() && MPI_T_cvar_read(handle_, &previous) == MPI_SUCCESS) {
       int value = ring;
@@ -99,7 +90,7 @@ class iallreduce_ring {
   }
 
  private:
-#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+#if HONE_DETAIL_MPI_T
   MPI_T_cvar_handle handle_ = MPI_T_CVAR_HANDLE_NULL;
   bool tool_ = false;  // MPI_T_init_thread succeeded: MPI_T_finalize at the end
 #endif

@@ -59,8 +59,8 @@ struct mpi_state {
   // Open MPI's ring for all_reduce's sums (iallreduce_ring.hpp); made once MPI is initialized.
   std::optional<iallreduce_ring> ring;
   p2p_ops p2p;  // mpi_comm's own collectives in flight (p2p_op.hpp)
-  // The transports' eager limit (eager_limit.hpp; 0: unknown) and all_reduce's exchange sized by
-  // it (p2p_all_reduce.hpp), the same on every rank.
+  // The transports' eager limit (eager_limit.hpp; 0: unknown) and the exchange of all_reduce and
+  // all_gather sized by it (p2p_all_reduce.hpp), the same on every rank.
   std::size_t eager_limit = 0;
   exchange_limits exchange;
   // start_progress_thread(): the thread, and the mutex that every MPI call on this communicator
