@@ -185,6 +185,15 @@ void table(MPI_Comm world, int rank, const args& a, std::size_t min_bytes, std::
   }
 }
 
+/// The sizes of hone's exchange for small all_reduces and all_gathers on this communicator.
+void print_exchange(const hd::mpi_comm& comm) {
+  const auto x = comm.exchange();
+  std::printf(
+      "hone's exchange: all_reduce up to %zu bytes, all_gather blocks up to %zu bytes (outputs up "
+      "to %zu), messages of up to %zu bytes (eager limit %zu, 0: unknown)\n",
+      x.max_bytes, x.gather_block_bytes, x.max_bytes, x.message_bytes, comm.eager_limit());
+}
+
 /// allreduce_bus_bandwidth for elements of type T (float, hone::bfloat16 or hone::half), MPI's rows
 /// reducing with `sum`.
 template <class T>
@@ -199,10 +208,7 @@ void all_reduce_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi
         "algbw = bytes/time, busbw = algbw*2(n-1)/n, ratio = median over repetitions of "
         "mpi time / row time\n",
         size, hd::detail::type_name<T>());
-    std::printf(
-        "hone's exchange: buffers up to %zu bytes as messages of up to %zu bytes (eager "
-        "limit %zu, 0: unknown)\n",
-        named.exchange().max_bytes, named.exchange().message_bytes, named.eager_limit());
+    print_exchange(named);
   }
   auto run = [&](int which, std::size_t bytes) {
     const std::size_t n = bytes / sizeof(T);
@@ -289,10 +295,7 @@ void all_gather_table(MPI_Comm world, int rank, int size, const args& a, hd::mpi
         "ranks); time per call (median), algbw = bytes/time, busbw = algbw*(n-1)/n, ratio = "
         "median over repetitions of mpi time / row time\n",
         size, hd::detail::type_name<T>());
-    std::printf(
-        "hone's exchange: outputs up to %zu bytes as messages of up to %zu bytes (eager "
-        "limit %zu, 0: unknown)\n",
-        named.exchange().max_bytes, named.exchange().message_bytes, named.eager_limit());
+    print_exchange(named);
   }
   auto run = [&](int which, std::size_t bytes) {
     const std::size_t m = bytes / sizeof(T) / ranks;
