@@ -32,7 +32,11 @@
 //                          which take a core from the trainer's two oneTBB threads on the 2-core
 //                          VM, count against recording); phase_timer_recording_50ms: the same
 //                          with a drain every 50 ms (hone::profile::trace's default
-//                          flush_interval; 1 Mi only); phase_timer_metrics: phase_timer and,
+//                          flush_interval; 1 Mi only); phase_timer_recording_idle and
+//                          phase_timer_recording_50ms_idle: those two with the collector thread
+//                          in the SCHED_IDLE class (hone::profile::trace_options::idle_collector:
+//                          it then takes only a core nobody else wants); phase_timer_metrics:
+//                          phase_timer and,
 //                          after each step, metrics_sink::log(report) (5 scalars) to a CSV and a
 //                          TensorBoard file (counter stalls: times the queue was full). Counters
 //                          paired_ratio and added_ns: the medians of the ratios and of the
@@ -53,10 +57,14 @@
 //                          CSV and TensorBoard writers run on the sink's thread; counter stalls)
 #include <sys/resource.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <hone/profile.hpp>
@@ -113,11 +121,17 @@ class discarding_collector {
 /// trainer_step_recording row switches it on for the observed trainer's groups and off (parked on a
 /// condition variable, no wake-ups) for the off trainer's, so that the collector thread's cost is
 /// counted against recording only. set_active(false) returns once the thread is parked. Drains
-/// every `period` while active.
+/// every `period` while active; with `idle` from a SCHED_IDLE thread.
 class gated_collector {
  public:
-  explicit gated_collector(std::chrono::milliseconds period = std::chrono::milliseconds(1))
-      : period_(period), thread_([this] {
+  explicit gated_collector(std::chrono::milliseconds period = std::chrono::milliseconds(1),
+                           bool idle = false)
+      : period_(period), thread_([this, idle] {
+          if (idle) {  // what hone::profile::trace does with idle_collector
+            sched_param sp{};
+            sp.sched_priority = 0;
+            if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0) std::abort();
+          }
           hp::collector c;
           std::unique_lock lock(mutex_);
           while (!stop_) {
@@ -418,14 +432,15 @@ void trainer_step_twin(benchmark::State& state) {
 
 /// drain_period: how often recording's collector drains (0: recording off).
 template <bool Tiny>
-void trainer_step_timer(benchmark::State& state, std::chrono::milliseconds drain_period) {
+void trainer_step_timer(benchmark::State& state, std::chrono::milliseconds drain_period,
+                        bool idle = false) {
   const bool recording = drain_period.count() > 0;
   auto& on = timer_bench<Tiny>();
   auto& off = off_bench<Tiny>();
   std::optional<gated_collector> drain;
   group_hooks hooks;
   if (recording) {
-    drain.emplace(drain_period);
+    drain.emplace(drain_period, idle);
     hooks = {[&] { drain->set_active(true); }, [&] { drain->set_active(false); }};
     drain->set_active(true);
   }
@@ -494,7 +509,13 @@ void register_trainer_rows(const char* workload) {
     hone_bench::add(workload, "phase_timer_recording_50ms", [](benchmark::State& s) {
       trainer_step_timer<Tiny>(s, std::chrono::milliseconds(50));
     })->Unit(benchmark::kMicrosecond);
+    hone_bench::add(workload, "phase_timer_recording_50ms_idle", [](benchmark::State& s) {
+      trainer_step_timer<Tiny>(s, std::chrono::milliseconds(50), true);
+    })->Unit(benchmark::kMicrosecond);
   }
+  hone_bench::add(workload, "phase_timer_recording_idle", [](benchmark::State& s) {
+    trainer_step_timer<Tiny>(s, std::chrono::milliseconds(1), true);
+  })->Unit(benchmark::kMicrosecond);
   hone_bench::add(workload, "phase_timer_metrics", trainer_step_metrics<Tiny>)
       ->Unit(benchmark::kMicrosecond);
 }

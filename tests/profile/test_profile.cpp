@@ -4,8 +4,13 @@
 #define BOOST_TEST_MODULE hone_profile
 #include <boost/test/unit_test.hpp>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -299,6 +304,56 @@ BOOST_AUTO_TEST_CASE(a_trace_that_cannot_create_its_file_says_which) {
   hp::trace ok(
       {.chrome_json = temp_path("ok.json"), .flush_interval = std::chrono::milliseconds(0)});
 }
+
+#if defined(__linux__)
+namespace {
+/// How many of this process's threads run in the SCHED_IDLE class (read from /proc/self/task).
+int idle_threads() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    const int tid = std::stoi(e.path().filename().string());
+    if (sched_getscheduler(tid) == SCHED_IDLE) ++n;
+  }
+  return n;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_idle_collector_drains_from_a_sched_idle_thread) {
+  const auto path = temp_path("idle.json");
+  BOOST_TEST(idle_threads() == 0);
+  {
+    hp::trace tr({.chrome_json = path,
+                  .flush_interval = std::chrono::milliseconds(1),
+                  .idle_collector = true});
+    BOOST_TEST(idle_threads() == 1);  // the drain thread, and no other
+    { HONE_ZONE("drained_by_the_idle_thread"); }
+    // No flush(): the background thread alone writes the zone (this test leaves cores idle).
+    bool seen = false;
+    for (int i = 0; i < 2000 && !seen; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      seen = read_text(path).find("drained_by_the_idle_thread") != std::string::npos;
+    }
+    BOOST_TEST(seen);
+    tr.close();
+    BOOST_TEST(idle_threads() == 0);  // joined
+  }
+  {
+    hp::trace normal({.chrome_json = path, .flush_interval = std::chrono::milliseconds(1)});
+    BOOST_TEST(idle_threads() == 0);  // the default keeps the normal class
+  }
+  try {
+    hp::trace tr({.chrome_json = path,
+                  .flush_interval = std::chrono::milliseconds(0),
+                  .idle_collector = true});
+    BOOST_FAIL("must throw");
+  } catch (const hone::config_error& e) {
+    const std::string m = e.what();
+    BOOST_TEST(m.find("idle_collector") != std::string::npos);
+    BOOST_TEST(m.find("flush_interval is 0") != std::string::npos);
+  }
+  BOOST_TEST(!hp::enabled());
+}
+#endif
 
 // -- phase_timer as the trainer's step observer --
 

@@ -10,10 +10,16 @@
 //   hone::profile::print_summary(std::cout, tr.summary());
 #pragma once
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -40,6 +46,14 @@ struct trace_options {
   /// How often a background thread drains the buffers into the files; zero: no thread, only
   /// flush() and close() do.
   std::chrono::milliseconds flush_interval{50};
+  /// Runs that background thread at the lowest scheduling class, Linux's SCHED_IDLE: it then gets
+  /// a core only when no other thread of the machine wants one, so its wake-ups never preempt the
+  /// training threads (the trainer step's cost of a 1 ms drain about halves on a 2-core machine,
+  /// docs/profile.md). On a machine whose cores are busy all the time it may fall behind: events
+  /// past the buffer limit are then dropped and counted (dropped_events()); flush() and close()
+  /// drain on the caller's thread as always. Needs Linux and a background thread
+  /// (flush_interval > 0); refused otherwise.
+  bool idle_collector = false;
   bool enable = true;          ///< switch recording on when the trace starts, off when it ends
   bool keep_earlier = false;   ///< also write the events recorded before the trace started
   std::string process_name{};  ///< names the process in the Perfetto trace
@@ -56,6 +70,15 @@ struct trace_options {
 class trace {
  public:
   explicit trace(trace_options opt) : opt_(std::move(opt)) {
+    HONE_REQUIRE(!opt_.idle_collector || opt_.flush_interval.count() > 0,
+                 "hone::profile::trace: idle_collector asks for a background drain thread at "
+                 "SCHED_IDLE, but flush_interval is 0 (no background thread); give a positive "
+                 "flush_interval or leave idle_collector false");
+#if !defined(__linux__)
+    HONE_REQUIRE(!opt_.idle_collector,
+                 "hone::profile::trace: idle_collector uses Linux's SCHED_IDLE scheduling class, "
+                 "which this platform does not have; leave idle_collector false");
+#endif
     HONE_REQUIRE(opt_.rank >= -1, "hone::profile::trace: rank " + std::to_string(opt_.rank) +
                                       " is negative; give the process's rank (0, 1, ...) or -1 "
                                       "for a single-process trace");
@@ -72,7 +95,10 @@ class trace {
       sinks_.push_back(&*json_);
     }
     if (opt_.enable) set_enabled(true);
-    if (opt_.flush_interval.count() > 0) worker_ = std::thread([this] { run(); });
+    if (opt_.flush_interval.count() > 0) {
+      worker_ = std::thread([this] { run(); });
+      if (opt_.idle_collector) make_worker_idle();
+    }
   }
 
   /// Closes the trace; an error there is printed to stderr (call close() to see it thrown).
@@ -131,13 +157,37 @@ class trace {
   }
 
  private:
-  void drain_locked() { collector_.drain(sinks_); }
+  void drain_locked() {
+    collector_.drain(sinks_);
+  }
   void rethrow() {
     if (error_) {
       auto e = std::exchange(error_, nullptr);
       std::rethrow_exception(e);
     }
   }
+  /// SCHED_IDLE for the background thread (idle_collector); a refusal stops the thread and
+  /// throws, so the constructor leaves nothing running.
+  void make_worker_idle() {
+#if defined(__linux__)
+    sched_param param{};
+    param.sched_priority = 0;
+    const int rc = pthread_setschedparam(worker_.native_handle(), SCHED_IDLE, &param);
+    if (rc == 0) return;
+    {
+      const std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+    if (opt_.enable) set_enabled(false);
+    throw config_error(
+        "hone::profile::trace: idle_collector: the operating system refused the "
+        "SCHED_IDLE scheduling class for the drain thread (" +
+        std::string(std::strerror(rc)) + "); leave idle_collector false");
+#endif
+  }
+
   void run() {
     std::unique_lock lock(mu_);
     while (!stop_) {
