@@ -1,7 +1,7 @@
 // bench/zero.cpp (mpi_bench_zero): ZeRO's memory per rank and step time (hone::zero<1>,
 // hone::zero<2>) against hone::data_parallel, under mpirun:
 //   mpirun -np 2 build/bench/bench/mpi_bench_zero [--params 16777216] [--tensors 8] [--steps 5]
-//          [--repetitions 5] [--micro 1] [--bucket-mb 25]
+//          [--repetitions 5] [--micro 1] [--bucket-mb 25] [--rotate K] [--json FILE]
 //
 // The model: `tensors` fp32 tensors laid out in one arena as the trainer lays them out (so the
 // master weights ARE the model's weights, zero-copy), `params` values in all; its backward is
@@ -16,6 +16,10 @@
 // `steps` steps between a barrier and an MPI_MAX of the time (the slowest rank's); the three rows
 // are interleaved in every repetition (the order rotated); reported: the median step time and the
 // median over repetitions of the data_parallel time over the row's time in the same repetition.
+// --rotate shifts the rows' order; --json appends one JSON object (rank 0) with the samples (ms),
+// the bytes per parameter and the optimizer state's alone: scripts/bench-zero reads it, running
+// this program and its torch peer (bench/peers/torch_zero.py, ZeroRedundancyOptimizer)
+// alternately.
 #include <mpi.h>
 
 #include <oneapi/tbb/global_control.h>
@@ -46,6 +50,8 @@ struct args {
   int repetitions = 5;
   int micro = 1;
   std::size_t bucket_mb = 25;
+  int rotate = 0;
+  std::string json;
 };
 
 args parse(int argc, char** argv) {
@@ -65,16 +71,20 @@ args parse(int argc, char** argv) {
       a.micro = std::atoi(v);
     } else if (s == "--bucket-mb") {
       a.bucket_mb = std::strtoull(v, nullptr, 10);
+    } else if (s == "--rotate") {
+      a.rotate = std::atoi(v) % 3;
+    } else if (s == "--json") {
+      a.json = v;
     } else {
       std::fprintf(stderr, "mpi_bench_zero: unknown argument '%s'\n", s.c_str());
       std::exit(2);
     }
   }
   if (argc % 2 == 0 || a.tensors == 0 || a.params < a.tensors || a.steps < 1 || a.repetitions < 1 ||
-      a.micro < 1 || a.bucket_mb < 1) {
+      a.micro < 1 || a.bucket_mb < 1 || a.rotate < 0) {
     std::fprintf(stderr,
                  "mpi_bench_zero: give --params >= --tensors >= 1, --steps, --repetitions, "
-                 "--micro and --bucket-mb >= 1 (each followed by its value)\n");
+                 "--micro and --bucket-mb >= 1, --rotate >= 0 (each followed by its value)\n");
     std::exit(2);
   }
   return a;
@@ -122,6 +132,16 @@ double bytes_per_param(Trainer& t, std::size_t staging, std::size_t params) {
   return b / static_cast<double>(params);
 }
 
+std::string json_list(const std::vector<double>& seconds) {
+  std::string s = "[";
+  char buf[32];
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? ", " : "", seconds[i] * 1e3);
+    s += buf;
+  }
+  return s + "]";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,10 +177,16 @@ int main(int argc, char** argv) {
                    bytes_per_param(z1, z1.gradient_reduction().staging_bytes(), a.params),
                    bytes_per_param(z2, z2.gradient_reduction().staging_bytes(), a.params)};
   MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  const double p_all = static_cast<double>(a.params);
+  double state[3] = {static_cast<double>(ddp.optimizer_state().bytes()) / p_all,
+                     static_cast<double>(z1.optimizer_state().bytes()) / p_all,
+                     static_cast<double>(z2.optimizer_state().bytes()) / p_all};
+  MPI_Allreduce(MPI_IN_PLACE, state, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
   const auto rows = hone_bench::interleaved<3>(
       a.repetitions,
-      {[&] { return sample(ddp); }, [&] { return sample(z1); }, [&] { return sample(z2); }});
+      {[&] { return sample(ddp); }, [&] { return sample(z1); }, [&] { return sample(z2); }},
+      a.rotate);
   const auto& [t_ddp, t_z1, t_z2] = rows;
   std::vector<double> r_z1, r_z2;
   for (int r = 0; r < a.repetitions; ++r) {
@@ -183,6 +209,26 @@ int main(int argc, char** argv) {
                 8.0 + 8.0 / d + staging, 1e3 * hone_bench::median(t_z1), hone_bench::median(r_z1));
     std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], 4.0 + 12.0 / d,
                 4.0 + 12.0 / d + staging, 1e3 * hone_bench::median(t_z2), hone_bench::median(r_z2));
+    std::printf("optimizer state B/param: data_parallel %.2f, zero<1> %.2f, zero<2> %.2f\n",
+                state[0], state[1], state[2]);
+    if (!a.json.empty()) {
+      std::FILE* f = std::fopen(a.json.c_str(), "a");
+      if (f == nullptr) {
+        std::fprintf(stderr, "mpi_bench_zero: cannot open --json file '%s'\n", a.json.c_str());
+        return 1;
+      }
+      std::fprintf(
+          f,
+          "{\"impl\": \"hone\", \"ranks\": %d, \"parameters\": %zu, \"tensors\": %zu, "
+          "\"steps_per_sample\": %d, \"bucket_mb\": %zu, \"rotate\": %d, "
+          "\"ddp_ms\": %s, \"zero1_ms\": %s, \"zero2_ms\": %s, "
+          "\"bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}, "
+          "\"state_bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}}\n",
+          comm.size(), a.params, a.tensors, a.steps, a.bucket_mb, a.rotate,
+          json_list(t_ddp).c_str(), json_list(t_z1).c_str(), json_list(t_z2).c_str(), mem[0],
+          mem[1], mem[2], state[0], state[1], state[2]);
+      std::fclose(f);
+    }
   }
   return 0;
 }

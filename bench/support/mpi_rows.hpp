@@ -36,14 +36,15 @@ double slowest_seconds_per_call(Comm& comm, int calls, F&& f) {
 }
 
 /// `repetitions` samples of every row, each repetition running the rows once in an order rotated
-/// by one (repetition r starts with row r mod N): result[row][repetition].
+/// by one (repetition r starts with row (r + rotate) mod N): result[row][repetition].
 template <std::size_t N>
 std::array<std::vector<double>, N> interleaved(int repetitions,
-                                               const std::array<std::function<double()>, N>& rows) {
+                                               const std::array<std::function<double()>, N>& rows,
+                                               int rotate = 0) {
   std::array<std::vector<double>, N> out;
   for (int r = 0; r < repetitions; ++r) {
     for (std::size_t k = 0; k < N; ++k) {
-      const std::size_t row = (k + static_cast<std::size_t>(r)) % N;
+      const std::size_t row = (k + static_cast<std::size_t>(r + rotate)) % N;
       if (out[row].size() < static_cast<std::size_t>(r + 1)) out[row].resize(r + 1);
       out[row][static_cast<std::size_t>(r)] = rows[row]();
     }

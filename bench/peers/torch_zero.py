@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Peer of mpi_bench_zero (bench/zero.cpp): the same step over torch.distributed on the CPU
+(gloo), with torch's ZeRO stage 1, torch.distributed.optim.ZeroRedundancyOptimizer.
+
+The model is mpi_bench_zero's: --params fp32 values (16 Mi) in --tensors tensors (8; the first
+params % tensors hold one more), every value 0.01; its backward is g = x * w (one pass, x = 1 +
+0.5 * rank), written as an autograd Function whose forward does no work, so that a step is the
+reduction, the update and the parameters' exchange, as in mpi_bench_zero. torch.optim.AdamW
+(lr 1e-3, weight decay 0.01: hone::adamw's defaults) and clip_grad_norm_(max_norm 1.0), one
+thread (--threads). Rows, interleaved, the order rotated each repetition (--rotate shifts it):
+
+  ddp    DistributedDataParallel (25 MiB buckets, as hone's --bucket-mb default) + AdamW
+  zero1  the same DDP module + ZeroRedundancyOptimizer(optimizer_class=AdamW): DDP all-reduces
+         the gradients, each rank steps the tensors it owns (whole tensors, assigned by size),
+         and each tensor is broadcast from its owner after the step (torch's ZeRO-1; torch has no
+         ZeRO-2 for plain DDP)
+
+A sample is --steps steps between a barrier and a MAX all-reduce of the time (the slowest
+rank's), as mpi_bench_zero's. Memory: the optimizer state's bytes on this rank (every tensor in
+the optimizer's state), the largest rank's, per parameter: 8 for AdamW without sharding, about
+8 / d with ZeRO-1 (whole tensors, so not exactly). Rank 0 prints the table; with --json FILE it
+appends one JSON object (the samples in ms; scripts/bench-zero reads them). bench/driver.py
+(scripts/bench --peers) starts every peer with --serve: this one needs all of its ranks at once,
+so it serves no workload there.
+
+  mpirun -np 2 build/bench/peers-venv/bin/python bench/peers/torch_zero.py --repetitions 3
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import parser, serve  # noqa: E402
+
+ROWS = ("ddp", "zero1")
+
+
+def options(argv: list[str] | None = None):
+    ap = parser(__doc__, threads=1)  # scripts/bench's options (--repetitions among them)
+    ap.add_argument("--params", type=int, default=16 << 20, help="fp32 values in all")
+    ap.add_argument("--tensors", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=5, help="steps per sample")
+    ap.add_argument("--bucket-mb", type=int, default=25, help="DDP's bucket_cap_mb")
+    ap.add_argument("--rotate", type=int, default=0, help="shift the rows' order")
+    ap.add_argument("--json", type=Path, help="append one JSON object (rank 0)")
+    ap.add_argument("--port", type=int, default=29527, help="MASTER_PORT of the process group")
+    args = ap.parse_args(argv)
+    if args.tensors < 1 or args.params < args.tensors:
+        ap.error("give --params >= --tensors >= 1")
+    for name in ("steps", "repetitions", "bucket_mb"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def launched_rank() -> tuple[int, int]:
+    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                       ("PMI_RANK", "PMI_SIZE"), ("RANK", "WORLD_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    sys.exit("torch_zero.py: start it under mpirun (or torchrun): it needs all of its ranks")
+
+
+def run(torch, dist, args, rank: int, size: int) -> None:
+    from torch import nn  # noqa: PLC0415
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: PLC0415
+    from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
+
+    class GradIsXW(torch.autograd.Function):
+        """forward: nothing (a zero loss); backward: dL/dw = x * w for every tensor."""
+
+        @staticmethod
+        def forward(ctx, x, *ws):
+            ctx.x = x
+            ctx.save_for_backward(*ws)
+            return ws[0].new_zeros(())
+
+        @staticmethod
+        def backward(ctx, g):
+            scale = ctx.x * g
+            return (None, *(w * scale for w in ctx.saved_tensors))
+
+    sizes = [args.params // args.tensors + (1 if t < args.params % args.tensors else 0)
+             for t in range(args.tensors)]
+
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ws = nn.ParameterList(nn.Parameter(torch.full((n,), 0.01)) for n in sizes)
+
+        def forward(self, x):
+            return GradIsXW.apply(x, *self.ws)
+
+    x = 1.0 + 0.5 * rank
+    models = {row: DistributedDataParallel(Flat(), bucket_cap_mb=args.bucket_mb) for row in ROWS}
+    opts = {"ddp": torch.optim.AdamW(models["ddp"].parameters(), lr=1e-3, weight_decay=0.01),
+            "zero1": ZeroRedundancyOptimizer(models["zero1"].parameters(),
+                                             optimizer_class=torch.optim.AdamW, lr=1e-3,
+                                             weight_decay=0.01)}
+
+    def step(row: str) -> None:
+        model, o = models[row], opts[row]
+        o.zero_grad()
+        model(x).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        o.step()
+
+    def sample(row: str) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step(row)
+        t = torch.tensor([(time.perf_counter() - t0) / args.steps], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    for row in ROWS:  # warm-up: the optimizer state, gloo's connections, DDP's buckets
+        sample(row)
+
+    def state_bytes(o) -> int:
+        inner = o.optim if isinstance(o, ZeroRedundancyOptimizer) else o
+        return sum(v.numel() * v.element_size() for s in inner.state.values()
+                   for v in s.values() if torch.is_tensor(v))
+
+    mem = torch.tensor([state_bytes(opts[row]) / args.params for row in ROWS],
+                       dtype=torch.float64)
+    dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+
+    times: dict[str, list[float]] = {row: [] for row in ROWS}
+    for r in range(args.repetitions):
+        for k in range(len(ROWS)):
+            row = ROWS[(k + r + args.rotate) % len(ROWS)]
+            times[row].append(sample(row))
+    if rank != 0:
+        return
+    ratio = statistics.median(d / z for d, z in zip(times["ddp"], times["zero1"]))
+    print(f"zero_step (torch {torch.__version__}, gloo): {size} ranks x 1 thread, {args.params} "
+          f"fp32 parameters in {args.tensors} tensors, AdamW, clipping, {args.steps} steps per "
+          f"sample, {args.repetitions} repetitions")
+    print(f"{'row':<8} {'state B/param':>14} {'step ms':>10} {'ddp/row (median)':>17}")
+    print(f"{'ddp':<8} {mem[0].item():14.2f} {statistics.median(times['ddp']) * 1e3:10.2f} "
+          f"{'1.00':>17}")
+    print(f"{'zero1':<8} {mem[1].item():14.2f} {statistics.median(times['zero1']) * 1e3:10.2f} "
+          f"{ratio:17.2f}", flush=True)
+    if args.json:
+        record = {"impl": "torch", "ranks": size, "parameters": args.params,
+                  "tensors": args.tensors, "steps_per_sample": args.steps,
+                  "bucket_mb": args.bucket_mb, "rotate": args.rotate,
+                  "torch": torch.__version__, "backend": "gloo",
+                  "ddp_ms": [v * 1e3 for v in times["ddp"]],
+                  "zero1_ms": [v * 1e3 for v in times["zero1"]],
+                  "state_bytes_per_param": {"ddp": mem[0].item(), "zero1": mem[1].item()}}
+        with open(args.json, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
+    if args.serve:
+        print("torch_zero.py: needs all of its ranks at once; run by scripts/bench-zero, not by "
+              "bench/driver.py", file=sys.stderr)
+        return serve([], [], "torch_zero")
+    rank, size = launched_rank()
+    status = 0
+    try:
+        import torch  # noqa: PLC0415
+        import torch.distributed as dist  # noqa: PLC0415
+
+        torch.set_num_threads(args.threads)
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(args.port)
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(size)
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size)
+        try:
+            run(torch, dist, args, rank, size)
+            dist.barrier()  # every rank done before any tears its process group down
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001  (printed, then the exit status says it)
+        import traceback  # noqa: PLC0415
+        traceback.print_exc()
+        status = 1
+    # Without the interpreter's teardown: torch 2.15's gloo process group sometimes leaves a
+    # joinable std::thread behind (SIGABRT at exit), as torch_ddp.py notes; the work is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
