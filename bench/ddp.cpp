@@ -61,6 +61,7 @@
 #include <string_view>
 #include <vector>
 
+#include "support/mpi_rows.hpp"
 #include "train_mlp/mlp.hpp"
 
 namespace {
@@ -265,16 +266,6 @@ double sample(MPI_Comm world, long calls, Op&& op) {
   return t;
 }
 
-std::string json_list(const std::vector<double>& seconds) {
-  std::string s = "[";
-  char buf[32];
-  for (std::size_t i = 0; i < seconds.size(); ++i) {
-    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? ", " : "", seconds[i] * 1e3);
-    s += buf;
-  }
-  return s + "]";
-}
-
 // The trainer of every row: fp32, AdamW with weight decay, global-norm clipping (train_mlp's).
 template <class Model, class... Extra>
 auto make_trainer(Model& m, Extra... extra) {
@@ -372,7 +363,7 @@ void run_model(model_spec m, const args& a, hd::mpi_comm& comm, MPI_Comm world, 
                  "\"parameters\": %zu, \"steps_per_sample\": %ld, \"rotate\": %d",
                  m.name, size, m.inputs, m.hidden, m.classes, m.batch, parameters, steps, a.rotate);
     for (int w = 0; w < rows; ++w) {
-      std::fprintf(f, ", \"%s\": %s", json_names[w], json_list(times[w]).c_str());
+      std::fprintf(f, ", \"%s\": %s", json_names[w], hone_bench::json_ms_list(times[w]).c_str());
     }
     std::fprintf(f, "}\n");
     std::fclose(f);

@@ -132,16 +132,6 @@ double bytes_per_param(Trainer& t, std::size_t staging, std::size_t params) {
   return b / static_cast<double>(params);
 }
 
-std::string json_list(const std::vector<double>& seconds) {
-  std::string s = "[";
-  char buf[32];
-  for (std::size_t i = 0; i < seconds.size(); ++i) {
-    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? ", " : "", seconds[i] * 1e3);
-    s += buf;
-  }
-  return s + "]";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -225,8 +215,9 @@ int main(int argc, char** argv) {
           "\"bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}, "
           "\"state_bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}}\n",
           comm.size(), a.params, a.tensors, a.steps, a.bucket_mb, a.rotate,
-          json_list(t_ddp).c_str(), json_list(t_z1).c_str(), json_list(t_z2).c_str(), mem[0],
-          mem[1], mem[2], state[0], state[1], state[2]);
+          hone_bench::json_ms_list(t_ddp).c_str(), hone_bench::json_ms_list(t_z1).c_str(),
+          hone_bench::json_ms_list(t_z2).c_str(), mem[0], mem[1], mem[2], state[0], state[1],
+          state[2]);
       std::fclose(f);
     }
   }

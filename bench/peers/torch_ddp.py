@@ -46,7 +46,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, select, serve, time_ms, unavailable, write  # noqa: E402
+from _common import (launched_rank, parser, select, serve_nothing, time_ms,  # noqa: E402
+                     unavailable, write)
 
 MODELS = {  # name: (inputs, hidden, classes, samples per rank), as bench/ddp.cpp
     "train_mlp": (2, 64, 5, 64),
@@ -76,15 +77,6 @@ def options(argv: list[str] | None = None):
     if not args.min_time > 0:
         ap.error(f"--min-time must be a number of seconds > 0, got {args.min_time}")
     return args
-
-
-def launched_rank() -> tuple[int, int] | None:
-    """(rank, size) when a launcher started this process, else None."""
-    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                       ("PMI_RANK", "PMI_SIZE"), ("RANK", "WORLD_SIZE")):
-        if rank in os.environ and size in os.environ:
-            return int(os.environ[rank]), int(os.environ[size])
-    return None
 
 
 def sample(torch, dist, steps: int, fn) -> float:
@@ -198,9 +190,7 @@ def worker(rank: int, size: int, args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
     if args.serve:
-        print("torch_ddp.py: needs all of its ranks at once; run by scripts/bench-ddp, not by "
-              "bench/driver.py", file=sys.stderr)
-        return serve([], [], "torch_ddp")
+        return serve_nothing("torch_ddp", "scripts/bench-ddp")
     chosen = [m for m in MODELS if args.model in ("all", m)]
     args.models = [m for m in chosen if select([f"ddp_step_{m}"], "torch", args.filter)]
     if not args.models:

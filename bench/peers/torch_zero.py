@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import parser, serve  # noqa: E402
+from _common import launched_rank, parser, serve_nothing  # noqa: E402
 
 ROWS = ("ddp", "zero1")
 
@@ -56,14 +56,6 @@ def options(argv: list[str] | None = None):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
-
-
-def launched_rank() -> tuple[int, int]:
-    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                       ("PMI_RANK", "PMI_SIZE"), ("RANK", "WORLD_SIZE")):
-        if rank in os.environ and size in os.environ:
-            return int(os.environ[rank]), int(os.environ[size])
-    sys.exit("torch_zero.py: start it under mpirun (or torchrun): it needs all of its ranks")
 
 
 def run(torch, dist, args, rank: int, size: int) -> None:
@@ -162,10 +154,11 @@ def run(torch, dist, args, rank: int, size: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
     if args.serve:
-        print("torch_zero.py: needs all of its ranks at once; run by scripts/bench-zero, not by "
-              "bench/driver.py", file=sys.stderr)
-        return serve([], [], "torch_zero")
-    rank, size = launched_rank()
+        return serve_nothing("torch_zero", "scripts/bench-zero")
+    launched = launched_rank()
+    if launched is None:
+        sys.exit("torch_zero.py: start it under mpirun (or torchrun): it needs all of its ranks")
+    rank, size = launched
     status = 0
     try:
         import torch  # noqa: PLC0415

@@ -1,7 +1,7 @@
 // bench/support/mpi_rows.hpp: what the benchmarks run under mpirun share (mpi_bench_zero,
 // mpi_bench_ddp_overlap): the median, one sample of the slowest rank's seconds per call (a
-// barrier, the timed calls, an MPI_MAX of the time), and rows interleaved repetition by
-// repetition with their order rotated.
+// barrier, the timed calls, an MPI_MAX of the time), rows interleaved repetition by repetition
+// with their order rotated, and samples as a JSON list of milliseconds (mpi_bench_ddp too).
 #pragma once
 
 #include <mpi.h>
@@ -10,7 +10,9 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace hone_bench {
@@ -50,6 +52,17 @@ std::array<std::vector<double>, N> interleaved(int repetitions,
     }
   }
   return out;
+}
+
+/// Samples in seconds as a JSON list of milliseconds ("[1.5, 2.25]", six significant digits).
+inline std::string json_ms_list(const std::vector<double>& seconds) {
+  std::string s = "[";
+  char buf[32];
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%.6g", i ? ", " : "", seconds[i] * 1e3);
+    s += buf;
+  }
+  return s + "]";
 }
 
 }  // namespace hone_bench

@@ -312,6 +312,24 @@ def serve(workloads: list[Workload], unavailable_records: list[dict], peer: str 
     return 0
 
 
+def serve_nothing(peer: str, runner: str) -> int:
+    """serve() for a peer that needs all of its ranks at once (under mpirun): it says so on stderr
+    and serves no workload; `runner` is the script that runs it instead."""
+    print(f"{peer}.py: needs all of its ranks at once; run by {runner}, not by bench/driver.py",
+          file=sys.stderr)
+    return serve([], [], peer)
+
+
+def launched_rank() -> tuple[int, int] | None:
+    """(rank, size) when a launcher started this process (Open MPI's mpirun, MPICH's, torchrun),
+    else None."""
+    for rank, size in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                       ("PMI_RANK", "PMI_SIZE"), ("RANK", "WORLD_SIZE")):
+        if rank in os.environ and size in os.environ:
+            return int(os.environ[rank]), int(os.environ[size])
+    return None
+
+
 def unavailable(workloads: Iterable[str], impl: str, note: str) -> list[dict]:
     """The records of workloads a peer could not run (its package is missing, no device)."""
     return [{"name": w, "impl": impl, "available": False, "note": note} for w in workloads]
