@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (launched_rank, parser, select, serve_nothing, time_ms,  # noqa: E402
-                     unavailable, write)
+from _common import (  # noqa: E402
+    init_gloo, launched_rank, parser, select, serve_nothing, time_ms, unavailable, write)
 
 MODELS = {  # name: (inputs, hidden, classes, samples per rank), as bench/ddp.cpp
     "train_mlp": (2, 64, 5, 64),
@@ -167,11 +167,7 @@ def worker(rank: int, size: int, args) -> None:
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
 
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(args.port)
-    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(size)
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size)
+    init_gloo(torch, dist, rank, size, args.port, args.threads)
     try:
         if rank == 0:
             print(f"ddp_step (torch {torch.__version__} DDP, gloo): {size} ranks x "

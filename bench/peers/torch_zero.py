@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import launched_rank, parser, serve_nothing  # noqa: E402
+from _common import init_gloo, launched_rank, parser, serve_nothing  # noqa: E402
 
 ROWS = ("ddp", "zero1")
 
@@ -164,11 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch  # noqa: PLC0415
         import torch.distributed as dist  # noqa: PLC0415
 
-        torch.set_num_threads(args.threads)
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(args.port)
-        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(size)
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size)
+        init_gloo(torch, dist, rank, size, args.port, args.threads)
         try:
             run(torch, dist, args, rank, size)
             dist.barrier()  # every rank done before any tears its process group down

@@ -320,6 +320,16 @@ def serve_nothing(peer: str, runner: str) -> int:
     return serve([], [], peer)
 
 
+def init_gloo(torch, dist, rank: int, size: int, port: int, threads: int) -> None:
+    """torch.set_num_threads(threads) and a gloo process group over env:// at 127.0.0.1:port (the
+    peers that run under mpirun: torch_ddp.py, torch_zero.py)."""
+    torch.set_num_threads(threads)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(size)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size)
+
+
 def launched_rank() -> tuple[int, int] | None:
     """(rank, size) when a launcher started this process (Open MPI's mpirun, MPICH's, torchrun),
     else None."""
