@@ -19,7 +19,9 @@ A sample is --steps steps between a barrier and a MAX all-reduce of the time (th
 rank's), as mpi_bench_zero's. Memory: the optimizer state's bytes on this rank (every tensor in
 the optimizer's state), the largest rank's, per parameter: 8 for AdamW without sharding, about
 8 / d with ZeRO-1 (whole tensors, so not exactly). Rank 0 prints the table; with --json FILE it
-appends one JSON object (the samples in ms; scripts/bench-zero reads them). bench/driver.py
+appends one JSON object (the samples in ms; scripts/bench-zero reads them); with --out FILE it
+writes results.json records (workloads zero_step_ddp and zero_step_zero1, impl torch; --filter
+selecting none of them: [] is written and nothing runs). bench/driver.py
 (scripts/bench --peers) starts every peer with --serve: this one needs all of its ranks at once,
 so it serves no workload there.
 
@@ -35,9 +37,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import init_gloo, launched_rank, parser, serve_nothing  # noqa: E402
+from _common import (  # noqa: E402
+    init_gloo, launched_rank, parser, select, serve_nothing, time_ms, write)
 
 ROWS = ("ddp", "zero1")
+WORKLOADS = {"ddp": "zero_step_ddp", "zero1": "zero_step_zero1"}  # scripts/bench-zero's names
 
 
 def options(argv: list[str] | None = None):
@@ -149,12 +153,22 @@ def run(torch, dist, args, rank: int, size: int) -> None:
                   "state_bytes_per_param": {"ddp": mem[0].item(), "zero1": mem[1].item()}}
         with open(args.json, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+    if args.out:
+        write([time_ms(WORKLOADS[row], "torch", times[row], args.threads, ranks=size,
+                       peer=f"torch {torch.__version__} "
+                            + ("ZeroRedundancyOptimizer + " if row == "zero1" else "")
+                            + "DistributedDataParallel, gloo",
+                       counters={"optimizer_state_bytes_per_param": float(mem[k].item())})
+               for k, row in enumerate(ROWS) if select([WORKLOADS[row]], "torch", args.filter)],
+              args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = options(argv)
     if args.serve:
         return serve_nothing("torch_zero", "scripts/bench-zero")
+    if not select(WORKLOADS.values(), "torch", args.filter):
+        return write([], args.out)
     launched = launched_rank()
     if launched is None:
         sys.exit("torch_zero.py: start it under mpirun (or torchrun): it needs all of its ranks")
