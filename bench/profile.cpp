@@ -58,7 +58,6 @@
 #include <sys/resource.h>
 
 #include <pthread.h>
-#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -127,11 +126,8 @@ class gated_collector {
   explicit gated_collector(std::chrono::milliseconds period = std::chrono::milliseconds(1),
                            bool idle = false)
       : period_(period), thread_([this, idle] {
-          if (idle) {  // what hone::profile::trace does with idle_collector
-            sched_param sp{};
-            sp.sched_priority = 0;
-            if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0) std::abort();
-          }
+          // what hone::profile::trace does with idle_collector
+          if (idle && hp::detail::set_idle_class(pthread_self()) != 0) std::abort();
           hp::collector c;
           std::unique_lock lock(mutex_);
           while (!stop_) {

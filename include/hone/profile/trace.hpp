@@ -67,6 +67,18 @@ struct trace_options {
   std::int64_t clock_offset_ns = 0;
 };
 
+#if defined(__linux__)
+namespace detail {
+/// Puts `thread` in Linux's SCHED_IDLE class (trace_options::idle_collector); 0 or the error
+/// number pthread_setschedparam returns.
+inline int set_idle_class(pthread_t thread) noexcept {
+  sched_param param{};
+  param.sched_priority = 0;
+  return pthread_setschedparam(thread, SCHED_IDLE, &param);
+}
+}  // namespace detail
+#endif
+
 class trace {
  public:
   explicit trace(trace_options opt) : opt_(std::move(opt)) {
@@ -170,9 +182,7 @@ class trace {
   /// throws, so the constructor leaves nothing running.
   void make_worker_idle() {
 #if defined(__linux__)
-    sched_param param{};
-    param.sched_priority = 0;
-    const int rc = pthread_setschedparam(worker_.native_handle(), SCHED_IDLE, &param);
+    const int rc = detail::set_idle_class(worker_.native_handle());
     if (rc == 0) return;
     {
       const std::lock_guard lock(mu_);
