@@ -1,13 +1,19 @@
 // bench/zero.cpp (mpi_bench_zero): ZeRO's memory per rank and step time (hone::zero<1>,
 // hone::zero<2>) against hone::data_parallel, under mpirun:
 //   mpirun -np 2 build/bench/bench/mpi_bench_zero [--params 16777216] [--tensors 8] [--steps 5]
-//          [--repetitions 5] [--micro 1] [--bucket-mb 25] [--rotate K] [--json FILE]
+//          [--repetitions 5] [--micro 1] [--bucket-mb 25] [--rotate K] [--json FILE] [--bf16 1]
+//          [--whole-master 1]
 //
 // The model: `tensors` fp32 tensors laid out in one arena as the trainer lays them out (so the
 // master weights ARE the model's weights, zero-copy), `params` values in all; its backward is
 // g = x * w (one pass: the step is the trainer's reduction, update and gather, not a model).
 // fp32 AdamW, global-norm clipping at 1.0, buckets of --bucket-mb MiB (DDP's 25 by default) for
-// every row, one oneTBB thread per rank.
+// every row, one oneTBB thread per rank. --bf16 1: the tensors are bf16 (hone::bf16_mixed), so
+// the fp32 master weights are the trainer's own copy, sharded by hone::zero (4/d bytes per
+// parameter; the formula becomes DDP 18, zero<1> 6 + 12/d, zero<2> 2 + 16/d, the model's 2
+// bytes of weights counted). --whole-master 1 keeps them whole on every rank
+// (zero_options::shard_master_weights = false; formula zero<1> 10 + 8/d, zero<2> 6 + 12/d), to
+// compare the step with and without their sharding.
 //
 // Memory per rank, from the arena sizes after a step: master weights (the model's), master
 // gradients, optimizer state, and the reduction's staging (zero: the bucket and one receive
@@ -31,9 +37,11 @@
 #include <hone/dist/data_parallel.hpp>
 #include <hone/dist/mpi/mpi_comm.hpp>
 #include <hone/dist/zero.hpp>
+#include <hone/precision/policies.hpp>
 #include <hone/train/trainer.hpp>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -52,6 +60,8 @@ struct args {
   std::size_t bucket_mb = 25;
   int rotate = 0;
   std::string json;
+  bool bf16 = false;
+  bool whole_master = false;
 };
 
 args parse(int argc, char** argv) {
@@ -75,6 +85,10 @@ args parse(int argc, char** argv) {
       a.rotate = std::atoi(v) % 3;
     } else if (s == "--json") {
       a.json = v;
+    } else if (s == "--bf16") {
+      a.bf16 = std::atoi(v) != 0;
+    } else if (s == "--whole-master") {
+      a.whole_master = std::atoi(v) != 0;
     } else {
       std::fprintf(stderr, "mpi_bench_zero: unknown argument '%s'\n", s.c_str());
       std::exit(2);
@@ -95,42 +109,50 @@ struct batch {
   [[nodiscard]] std::size_t count() const { return 1; }
 };
 
-/// fp32 tensors laid out like the trainer's arena (zero-copy master weights); g = x * w.
+/// T tensors laid out like the trainer's arena (fp32: zero-copy master weights); g = x * w.
+template <class T>
 struct flat_model {
   hone::arena_layout layout{sizeof(float)};
-  std::vector<float> w, g;
+  std::vector<T> w, g;
   flat_model(std::size_t params, std::size_t tensors) {
     for (std::size_t t = 0; t < tensors; ++t) {
       std::string name = "t";  // (not "t" + ...: g++ 12's -Wrestrict false positive at -O3)
       name += std::to_string(t);
       layout.add(std::move(name), params / tensors + (t < params % tensors ? 1 : 0));
     }
-    w.assign(layout.total(), 0.01f);
-    g.assign(layout.total(), 0.0f);
+    w.assign(layout.total(), T(0.01f));
+    g.assign(layout.total(), T(0.0f));
   }
-  std::vector<hone::parameter<float>> parameters() {
-    std::vector<hone::parameter<float>> out;
+  std::vector<hone::parameter<T>> parameters() {
+    std::vector<hone::parameter<T>> out;
     for (const auto& sl : layout.slots()) {
       out.push_back({sl.name,
                      {sl.count},
-                     std::span<float>(w.data() + sl.offset, sl.count),
-                     std::span<float>(g.data() + sl.offset, sl.count)});
+                     std::span<T>(w.data() + sl.offset, sl.count),
+                     std::span<T>(g.data() + sl.offset, sl.count)});
     }
     return out;
   }
   float forward_backward(const batch& b, float scale) {
-    for (std::size_t i = 0; i < w.size(); ++i) g[i] = b.x * w[i] * scale;
+    for (std::size_t i = 0; i < w.size(); ++i) g[i] = T(b.x * static_cast<float>(w[i]) * scale);
     return 0.0f;
   }
 };
 
+/// The trainer's bytes per parameter: master weights (the model's own when zero-copy, else the
+/// trainer's copy plus the model's weights), master gradients, optimizer state, staging.
 template <class Trainer>
 double bytes_per_param(Trainer& t, std::size_t staging, std::size_t params) {
+  using working = typename Trainer::working_type;
+  const std::size_t model = t.zero_copy() ? 0 : t.layout().total() * sizeof(working);
   const double b = static_cast<double>(t.master_weights().size() * sizeof(float) +
                                        t.master_gradients().size() * sizeof(float) +
-                                       t.optimizer_state().bytes() + staging);
+                                       t.optimizer_state().bytes() + staging + model);
   return b / static_cast<double>(params);
 }
+
+template <class T>
+int run(const args& a, hd::mpi_comm& comm);
 
 }  // namespace
 
@@ -139,18 +161,33 @@ int main(int argc, char** argv) {
   const args a = parse(argc, argv);
   oneapi::tbb::global_control one_thread(oneapi::tbb::global_control::max_allowed_parallelism, 1);
   hd::mpi_comm comm(MPI_COMM_WORLD);
+  return a.bf16 ? run<hone::bfloat16>(a, comm) : run<float>(a, comm);
+}
+
+namespace {
+template <class T>
+int run(const args& a, hd::mpi_comm& comm) {
   const int rank = comm.rank();
   const double d = comm.size();
+  constexpr bool fp32 = std::is_same_v<T, float>;
+  using precision = std::conditional_t<fp32, hone::fp32, hone::bf16_mixed>;
+  // the formula's bytes per parameter: {fixed, sharded}: fixed + sharded / d
+  constexpr double f_ddp = fp32 ? 16.0 : 18.0;
+  // (fp32: the master weights are the model's, bound zero-copy, so never sharded)
+  const bool whole = fp32 || a.whole_master;
+  const double f_z1[2] = {whole ? 8.0 + (fp32 ? 0.0 : 2.0) : 6.0, whole ? 8.0 : 12.0};
+  const double f_z2[2] = {whole ? 4.0 + (fp32 ? 0.0 : 2.0) : 2.0, whole ? 12.0 : 16.0};
 
-  flat_model m_ddp(a.params, a.tensors), m_z1(a.params, a.tensors), m_z2(a.params, a.tensors);
+  flat_model<T> m_ddp(a.params, a.tensors), m_z1(a.params, a.tensors), m_z2(a.params, a.tensors);
   const auto clip = hone::clip_grad_norm{.max_norm = 1.0f};
   const std::size_t bucket = a.bucket_mb << 20;
-  hone::trainer ddp(m_ddp, hone::adamw{}, clip, hone::accumulate::by_count{},
+  hone::trainer ddp(m_ddp, precision{}, hone::adamw{}, clip, hone::accumulate::by_count{},
                     hone::data_parallel(comm, {.bucket_bytes = bucket}));
-  hone::trainer z1(m_z1, hone::adamw{}, clip, hone::accumulate::by_count{},
-                   hone::zero<1>(comm, {.bucket_bytes = bucket}));
-  hone::trainer z2(m_z2, hone::adamw{}, clip, hone::accumulate::by_count{},
-                   hone::zero<2>(comm, {.bucket_bytes = bucket}));
+  const hone::zero_options zo{.bucket_bytes = bucket, .shard_master_weights = !a.whole_master};
+  hone::trainer z1(m_z1, precision{}, hone::adamw{}, clip, hone::accumulate::by_count{},
+                   hone::zero<1>(comm, zo));
+  hone::trainer z2(m_z2, precision{}, hone::adamw{}, clip, hone::accumulate::by_count{},
+                   hone::zero<2>(comm, zo));
   std::vector<batch> mb(static_cast<std::size_t>(a.micro),
                         batch{1.0f + 0.5f * static_cast<float>(rank)});
 
@@ -186,19 +223,24 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     std::printf(
-        "zero_step: %d ranks x 1 thread, %zu fp32 parameters in %zu tensors, AdamW, clipping, "
+        "zero_step: %d ranks x 1 thread, %zu %s parameters in %zu tensors, AdamW, clipping, "
         "%d micro-batch(es) per step, %d steps per sample, %d repetitions\n",
-        comm.size(), a.params, a.tensors, a.micro, a.steps, a.repetitions);
+        comm.size(), a.params,
+        fp32             ? "fp32"
+        : a.whole_master ? "bf16 (bf16_mixed, whole master weights)"
+                         : "bf16 (bf16_mixed)",
+        a.tensors, a.micro, a.steps, a.repetitions);
     const double p = static_cast<double>(a.params);
     const double staging = static_cast<double>(z1.gradient_reduction().staging_bytes()) / p;
     std::printf("%-14s %10s %10s %16s %10s %16s\n", "row", "B/param", "formula", "formula+staging",
                 "step ms", "ddp/row (median)");
-    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16s\n", "data_parallel", mem[0], 16.0, 16.0,
+    const double z1f = f_z1[0] + f_z1[1] / d, z2f = f_z2[0] + f_z2[1] / d;
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16s\n", "data_parallel", mem[0], f_ddp, f_ddp,
                 1e3 * hone_bench::median(t_ddp), "1.00");
-    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<1>", mem[1], 8.0 + 8.0 / d,
-                8.0 + 8.0 / d + staging, 1e3 * hone_bench::median(t_z1), hone_bench::median(r_z1));
-    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], 4.0 + 12.0 / d,
-                4.0 + 12.0 / d + staging, 1e3 * hone_bench::median(t_z2), hone_bench::median(r_z2));
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<1>", mem[1], z1f, z1f + staging,
+                1e3 * hone_bench::median(t_z1), hone_bench::median(r_z1));
+    std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], z2f, z2f + staging,
+                1e3 * hone_bench::median(t_z2), hone_bench::median(r_z2));
     std::printf("optimizer state B/param: data_parallel %.2f, zero<1> %.2f, zero<2> %.2f\n",
                 state[0], state[1], state[2]);
     if (!a.json.empty()) {
@@ -209,17 +251,19 @@ int main(int argc, char** argv) {
       }
       std::fprintf(
           f,
-          "{\"impl\": \"hone\", \"ranks\": %d, \"parameters\": %zu, \"tensors\": %zu, "
+          "{\"impl\": \"hone\", \"precision\": \"%s\", \"ranks\": %d, \"parameters\": %zu, "
+          "\"tensors\": %zu, "
           "\"steps_per_sample\": %d, \"bucket_mb\": %zu, \"rotate\": %d, "
           "\"ddp_ms\": %s, \"zero1_ms\": %s, \"zero2_ms\": %s, "
           "\"bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}, "
           "\"state_bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}}\n",
-          comm.size(), a.params, a.tensors, a.steps, a.bucket_mb, a.rotate,
-          hone_bench::json_ms_list(t_ddp).c_str(), hone_bench::json_ms_list(t_z1).c_str(),
-          hone_bench::json_ms_list(t_z2).c_str(), mem[0], mem[1], mem[2], state[0], state[1],
-          state[2]);
+          fp32 ? "fp32" : (a.whole_master ? "bf16-whole-master" : "bf16"), comm.size(), a.params,
+          a.tensors, a.steps, a.bucket_mb, a.rotate, hone_bench::json_ms_list(t_ddp).c_str(),
+          hone_bench::json_ms_list(t_z1).c_str(), hone_bench::json_ms_list(t_z2).c_str(), mem[0],
+          mem[1], mem[2], state[0], state[1], state[2]);
       std::fclose(f);
     }
   }
   return 0;
 }
+}  // namespace

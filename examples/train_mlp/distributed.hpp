@@ -9,8 +9,11 @@
 // hone::dist::mpi_comm and calls train() with it and the gradient reduction role of the flag:
 //
 //   --ddp      hone::data_parallel(comm, {.weight_by_count = true})  every rank all the state
-//   --zero 1   hone::zero<1>(comm)   the AdamW moments sharded over the ranks
-//   --zero 2   hone::zero<2>(comm)   the moments and the fp32 master gradients sharded
+//   --zero 1   hone::zero<1>(comm)   the AdamW moments sharded over the ranks (and with bf16 or
+//                                    fp16 the fp32 master weights: main.cpp's best-weights keeper
+//                                    then keeps each rank's shard, restored on every rank)
+//   --zero 2   hone::zero<2>(comm)   the moments and the fp32 master gradients sharded (and
+//                                    the master weights, as --zero 1)
 //
 // What train() does with the communicator:
 //  - broadcast_weights: every rank starts from rank 0's initial weights;

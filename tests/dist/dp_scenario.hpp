@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <hone/dist/data_parallel.hpp>
+#include <hone/dist/zero.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/precision/policies.hpp>
 #include <hone/schedule/constant.hpp>
@@ -71,8 +72,7 @@ auto scenario_trainer(Model& m, Extra... extra) {
 template <class Trainer>
 step_record record(Trainer& t, const hone::step_report& r) {
   step_record rec;
-  const auto w = t.master_weights();
-  rec.master.assign(w.begin(), w.end());
+  rec.master = hone::dist::gather_master_weights(t);  // collective with sharded master weights
   rec.scale = t.scaler().state().scale;
   rec.growth_tracker = t.scaler().state().growth_tracker;
   rec.skipped_steps = t.scaler().state().skipped_steps;

@@ -19,7 +19,12 @@
 //    within 1e-6, every rank of a continuation holds the same bits, and the file holds whole
 //    tensors (the model's shapes);
 //  - errors: a failed collective names the stage, the step, the window and the collective;
-//    clip_grad_norm with another norm than L2 and a zero bucket are refused with sentences.
+//    clip_grad_norm with another norm than L2 and a zero bucket are refused with sentences;
+//  - sharded master weights (the fp16 model's fp32 master weights, zero_options::
+//    shard_master_weights, which every case above runs on too): each rank holds its shard's size,
+//    with the bits of whole master weights (master and model weights, both stages, 1-3 ranks);
+//    broadcast_weights reaches them; early stopping's kept best weights and magnitude pruning
+//    refuse them with a sentence (and run with shard_master_weights = false).
 #define BOOST_TEST_MODULE hone_dist_zero
 #include <boost/test/unit_test.hpp>
 
@@ -28,6 +33,7 @@
 #include <cmath>
 #include <filesystem>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
+#include <hone/compress/prune.hpp>
 #include <hone/dist.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/trainer.hpp>
@@ -232,8 +238,7 @@ BOOST_AUTO_TEST_CASE(without_clipping_zero_1_gives_the_bits_of_data_parallel) {
             m, hone::fp16_mixed<>{.scaler = {.init_scale = 65536.0f, .growth_interval = 3}},
             hone::adamw{.weight_decay = 0.01f}, hone::constant_lr{.base_lr = 0.01}, reduction);
         for (int s = 0; s < sc.steps; ++s) (void)t.step(scenario_batch(sc, s, r));
-        const auto w = t.master_weights();
-        return std::vector<float>(w.begin(), w.end());
+        return hone::dist::gather_master_weights(t);
       };
       ddp[static_cast<std::size_t>(r)] = run(hone::data_parallel(c, scenario_buckets));
       z[static_cast<std::size_t>(r)] = run(hone::zero<1>(c, small_windows));
@@ -447,4 +452,143 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_with_sentences) {
       hone::config_error, [](const hone::config_error& e) {
         return std::string(e.what()).find("clip_grad_norm with norm_type 1") != std::string::npos;
       });
+}
+
+namespace {
+/// What one rank's mixed-precision ZeRO run left: its master weights' size and whether they are
+/// sharded, every rank's whole master weights (gathered) and the model's weights.
+struct master_run {
+  std::size_t size = 0;
+  bool sharded = false;
+  std::vector<float> whole, model;
+};
+
+template <int Stage>
+master_run run_mixed(thread_comm& c, const scenario& sc, bool shard) {
+  hone::zero_options o = small_windows;
+  o.shard_master_weights = shard;
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<Stage>(c, o));
+  for (int s = 0; s < sc.steps; ++s) {
+    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 2);
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  return {t.master_weights().size(), t.master_weights_sharded(),
+          hone::dist::gather_master_weights(t), model_weights(m)};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(mixed_precision_master_weights_are_sharded_with_the_same_bits) {
+  // fp16 mixed precision: the fp32 master weights are the trainer's own copy. With
+  // shard_master_weights (the default) each rank keeps its shard (4/d bytes per parameter) and
+  // the updated shards are gathered straight into the model's fp16 weights: the bits of the
+  // whole copy (shard_master_weights = false), the master weights and the model's alike.
+  const scenario sc{};
+  for (int n : {1, 2, 3}) {
+    thread_group g(n);
+    const auto ranks = static_cast<std::size_t>(n);
+    std::vector<master_run> on1(ranks), off1(ranks), on2(ranks), off2(ranks);
+    g.run([&](int r) {
+      thread_comm c(g, r);
+      const auto i = static_cast<std::size_t>(r);
+      on1[i] = run_mixed<1>(c, sc, true);
+      off1[i] = run_mixed<1>(c, sc, false);
+      on2[i] = run_mixed<2>(c, sc, true);
+      off2[i] = run_mixed<2>(c, sc, false);
+    });
+    mlp<hone::half> probe;
+    auto t = scenario_trainer(probe);
+    const std::size_t total = t.layout().total();  // 81 floats: 65 parameters and padding
+    for (std::size_t r = 0; r < ranks; ++r) {
+      BOOST_TEST_CONTEXT("rank " << r << " of " << n) {
+        const auto sh = hd::shard_of(total, static_cast<int>(r), n);
+        for (const auto* run : {&on1[r], &on2[r]}) {
+          BOOST_TEST(run->sharded);
+          BOOST_TEST(run->size <= sh.count);  // the shard (its end padding dropped)
+          BOOST_TEST(run->size + 16 > sh.count);
+        }
+        // Every rank holds the same bits.
+        BOOST_TEST(same_bits(on1[r].whole, on1[0].whole));
+        BOOST_TEST(same_bits(on1[r].model, on1[0].model));
+        BOOST_TEST(same_bits(on2[r].whole, on2[0].whole));
+        BOOST_TEST(same_bits(on2[r].model, on2[0].model));
+        for (const auto* run : {&off1[r], &off2[r]}) {
+          BOOST_TEST(!run->sharded);
+          BOOST_TEST(run->size == total);
+        }
+        BOOST_TEST(same_bits(on1[r].whole, off1[r].whole));
+        BOOST_TEST(same_bits(on1[r].model, off1[r].model));
+        BOOST_TEST(same_bits(on2[r].whole, off2[r].whole));
+        BOOST_TEST(same_bits(on2[r].model, off2[r].model));
+      }
+    }
+    std::size_t held = 0;
+    for (const auto& run : on1) held += run.size;
+    BOOST_TEST(held >= 65u);  // every parameter's master weight (65) once over the ranks
+    BOOST_TEST(held <= total);
+    // The run trained (the model moved from its initial weights).
+    BOOST_TEST(max_abs_diff(on1[0].model, model_weights(probe)) > 1e-3);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(broadcast_weights_reaches_sharded_master_weights) {
+  // Rank 1's and 2's models start elsewhere; broadcast_weights gives every rank rank 0's model
+  // weights and loads each rank's shard of the master weights from them.
+  thread_group g(3);
+  std::vector<master_run> runs(3);
+  g.run([&](int r) {
+    thread_comm c(g, r);
+    mlp<hone::half> m;
+    if (r != 0) {
+      for (auto& v : m.w1) v = hone::half(static_cast<float>(v) + 0.25f * static_cast<float>(r));
+    }
+    auto t = scenario_trainer(m, hone::zero<1>(c, small_windows));
+    hone::dist::broadcast_weights(t, c);
+    runs[static_cast<std::size_t>(r)] = {t.master_weights().size(), t.master_weights_sharded(),
+                                         hone::dist::gather_master_weights(t), model_weights(m)};
+  });
+  mlp<hone::half> root;
+  const auto want = model_weights(root);
+  for (const auto& run : runs) {
+    BOOST_TEST(run.sharded);
+    BOOST_TEST(same_bits(run.model, want));
+    std::vector<float> master;  // the whole master weights without the padding, tensor by tensor
+    mlp<hone::half> probe;
+    auto t = scenario_trainer(probe);
+    for (const auto& slot : t.layout().slots()) {
+      master.insert(master.end(), run.whole.begin() + static_cast<std::ptrdiff_t>(slot.offset),
+                    run.whole.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count));
+    }
+    BOOST_TEST(same_bits(master, want));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(roles_that_need_whole_master_weights_refuse_sharded_ones) {
+  hd::local_comm c;
+  mlp<hone::half> m;
+  BOOST_CHECK_EXCEPTION((hone::trainer(m, hone::fp16_mixed<>{}, hone::zero<1>(c),
+                                       hone::early_stopping_policy{.keep_best_weights = true})),
+                        hone::config_error, [](const hone::config_error& e) {
+                          return std::string(e.what()).find("shard_master_weights = false") !=
+                                 std::string::npos;
+                        });
+  // With the whole master weights kept the same trainer is built.
+  hone::trainer kept(m, hone::fp16_mixed<>{}, hone::zero<1>(c, {.shard_master_weights = false}),
+                     hone::early_stopping_policy{.keep_best_weights = true});
+  BOOST_TEST(!kept.master_weights_sharded());
+  // Magnitude pruning masks the whole master weights after each update: refused at the first.
+  const auto prune_step = [&](bool shard) {
+    mlp<hone::half> pm;
+    hone::trainer t(pm, hone::fp16_mixed<>{.scaler = {.init_scale = 1.0f}},
+                    hone::zero<2>(c, {.shard_master_weights = shard}),
+                    hone::compress::magnitude_pruning{});
+    (void)t.step(scenario_batch(scenario{}, 0, 0));
+    return t.steps_done();
+  };
+  BOOST_CHECK_EXCEPTION(
+      (void)prune_step(true), hone::config_error, [](const hone::config_error& e) {
+        return std::string(e.what()).find("magnitude_pruning") != std::string::npos &&
+               std::string(e.what()).find("shard_master_weights = false") != std::string::npos;
+      });
+  BOOST_TEST(prune_step(false) == 1u);
 }

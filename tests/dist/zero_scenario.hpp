@@ -72,8 +72,7 @@ std::vector<float> zero_segment_then(Comm& c, const std::filesystem::path& dir, 
     (void)t.step(std::span<const mlp_batch>(mb));
   }
   at_end(t);
-  const auto w = t.master_weights();
-  return {w.begin(), w.end()};
+  return hone::dist::gather_master_weights(t);
 }
 
 /// zero_segment_then; with `save_to`, captures a (consolidated) checkpoint at the end, every rank

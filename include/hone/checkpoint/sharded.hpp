@@ -187,6 +187,9 @@ std::filesystem::path save_sharded(Trainer& t, Comm& comm, const std::filesystem
     base = t.gradient_reduction().shard(layout.total()).offset;
   }
   const dist::shard_range cut = dist::shard_of(layout.total(), rank, ranks);
+  // hone::zero with sharded master weights: the ranks' shards gathered (collective) for the
+  // weights file that rank 0 writes; 4 bytes per parameter on every rank while the save runs
+  const std::vector<float> gathered = detail::gathered_master(t);
   const bool compressed = o.compression.has_value();
   const write_options wo{.compression = o.compression, .sync = o.sync};
 
@@ -274,11 +277,12 @@ std::filesystem::path save_sharded(Trainer& t, Comm& comm, const std::filesystem
     mine = write_tensors(w, path, wo);
     if (rank == 0) {
       snapshot s;  // the weights (fp32 master) and state.json, as capture() writes them
-      capture(t, s, o.extra,
-              trainer_save_options{.content = content_policy::weights_only,
-                                   .shapes = shapes,
-                                   .export_weights = true,
-                                   .weights_dtype = io::dtype::f32});
+      detail::capture_with(t, s, o.extra,
+                           trainer_save_options{.content = content_policy::weights_only,
+                                                .shapes = shapes,
+                                                .export_weights = true,
+                                                .weights_dtype = io::dtype::f32},
+                           gathered);
       s.write_into(*pc, wo);
       pc->add(std::string(files::shard_index), idx.write(pc->file(files::shard_index), o.sync));
     }

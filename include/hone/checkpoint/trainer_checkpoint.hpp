@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "hone/checkpoint/shard_index.hpp"
 #include "hone/checkpoint/state.hpp"
@@ -54,6 +55,7 @@
 #include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/space.hpp"
+#include "hone/dist/zero.hpp"
 #include "hone/io/dtype.hpp"
 #include "hone/io/json.hpp"
 #include "hone/train/early_stopping.hpp"
@@ -263,7 +265,18 @@ inline void check_sharded_shape(const sharded_reader& r, const std::string& tens
 namespace detail {
 template <class Trainer>
 void capture_with(Trainer& t, snapshot& s, const training_state& extra,
-                  const trainer_save_options& o);
+                  const trainer_save_options& o, std::span<const float> gathered);
+
+/// The whole fp32 master weights of a hone::zero trainer whose master weights are sharded (every
+/// rank's shard all-gathered: collective), else empty (capture reads master_weights()).
+template <class Trainer>
+std::vector<float> gathered_master(Trainer& t) {
+  if constexpr (sharded_trainer_v<Trainer>) {
+    if (t.master_weights_sharded()) return dist::gather_master_weights(t);
+  }
+  (void)t;
+  return {};
+}
 
 /// Whether a trainer has the early-stopping role (Trainer::stops_early).
 template <class Trainer>
@@ -294,26 +307,42 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
     own_shapes = detail::model_shapes(t);
     options.shapes = &own_shapes;
   }
-  detail::capture_with(t, s, extra, options);
+  // hone::zero with sharded master weights: the ranks' shards gathered (collective)
+  const std::vector<float> whole = detail::gathered_master(t);
+  detail::capture_with(t, s, extra, options, whole);
 }
 
 namespace detail {
 /// capture() with the tensor shapes already decided (o.shapes, or 1-D).
 template <class Trainer>
 void capture_with(Trainer& t, snapshot& s, const training_state& extra,
-                  const trainer_save_options& o) {
+                  const trainer_save_options& o, std::span<const float> gathered) {
   using working = typename Trainer::working_type;
   const bool full = o.content == content_policy::full;
   const io::dtype wdt = o.export_weights ? o.weights_dtype
                         : full           ? io::dtype::f32
                                          : io::dtype_of<working>;
   detail::trainer_stager<detail::device_state_trainer_v<Trainer>> stage(t, s);
-  const auto master = t.master_weights();
   const auto& layout = t.layout();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const auto& slot = layout[i];
-    stage.add_weights(slot.name, detail::shape_of(o, slot.name, slot.count),
-                      master.subspan(slot.offset, slot.count), wdt);
+  const auto add_weights = [&](const auto& master) {
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const auto& slot = layout[i];
+      stage.add_weights(slot.name, detail::shape_of(o, slot.name, slot.count),
+                        master.subspan(slot.offset, slot.count), wdt);
+    }
+  };
+  if constexpr (sharded_trainer_v<Trainer>) {  // host trainers: the weights may be gathered ones
+    if (t.master_weights_sharded()) {
+      HONE_REQUIRE(gathered.size() == layout.total(),
+                   "hone::checkpoint::capture: internal error: the sharded master weights were "
+                   "not gathered");
+      add_weights(gathered);
+    } else {
+      add_weights(t.master_weights());
+    }
+  } else {
+    (void)gathered;
+    add_weights(t.master_weights());
   }
   if (full) {
     if constexpr (sharded_trainer_v<Trainer>) {
@@ -402,10 +431,27 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
     }
   }
   detail::trainer_loader<detail::device_state_trainer_v<Trainer>> load(t);
-  const auto master = t.master_weights();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const auto& slot = layout[i];
-    load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
+  // hone::zero with sharded master weights: the whole weights read here, this rank's shard kept
+  // and the whole cast into the model (trainer::assign_weights: no collective).
+  [[maybe_unused]] std::vector<float> whole_weights;
+  bool via_whole = false;
+  if constexpr (detail::sharded_trainer_v<Trainer>) {
+    via_whole = t.master_weights_sharded();
+    if (via_whole) {
+      whole_weights.assign(layout.total(), 0.0f);
+      for (std::size_t i = 0; i < layout.size(); ++i) {
+        const auto& slot = layout[i];
+        load.load_weights(f.weights, slot.name,
+                          std::span<float>(whole_weights).subspan(slot.offset, slot.count));
+      }
+    }
+  }
+  if (!via_whole) {
+    const auto master = t.master_weights();
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const auto& slot = layout[i];
+      load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
+    }
   }
   if (f.optimizer) {
     if constexpr (detail::sharded_trainer_v<Trainer>) {
@@ -449,7 +495,15 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
       });
     }
   }
-  t.publish_weights();  // on CUDA stream-ordered after the copies
+  if constexpr (detail::sharded_trainer_v<Trainer>) {
+    if (via_whole) {
+      t.assign_weights(whole_weights);
+    } else {
+      t.publish_weights();
+    }
+  } else {
+    t.publish_weights();  // on CUDA stream-ordered after the copies
+  }
   load.finish();
   t.set_steps_done(f.state.step);
   if (f.state.loss_scale) t.scaler().load_state(*f.state.loss_scale);

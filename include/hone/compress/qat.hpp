@@ -173,6 +173,10 @@ class fake_quant_training {
                  "arena), so fake quantization would overwrite the fp32 weights that QAT keeps. "
                  "Give the trainer a model whose tensors are separate buffers, or train in "
                  "bf16_mixed or fp16_mixed.");
+    HONE_REQUIRE(!t.master_weights_sharded(),
+                 "hone::compress::fake_quant_training: fake quantization reads whole tensors of "
+                 "the master weights, but this hone::zero trainer holds only its shard of them. "
+                 "Build the role with hone::zero_options{.shard_master_weights = false}.");
     if (!bound_) bind<!on_host>(t);
     if constexpr (on_host) {
       for (const auto& x : targets_) {

@@ -5,6 +5,7 @@
 // inputs (join)".
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/model.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/data_parallel.hpp"
 
@@ -23,13 +25,49 @@ HONE_NAMESPACE_BEGIN
 
 namespace dist {
 
+namespace detail {
+/// The root's model weights on every rank: each parameter tensor broadcast through a float
+/// buffer of at most 1 Mi elements (the communicators move float and double).
+template <class Model, class Comm>
+void broadcast_model_weights(Model& model, Comm& comm, int root) {
+  constexpr std::size_t window = std::size_t{1} << 20;
+  std::vector<float> buf;
+  for (auto& p : model_traits<Model>::parameters(model)) {
+    auto* v = p.value.data();
+    using element = std::remove_cvref_t<decltype(*v)>;
+    const std::size_t n = p.value.size();
+    for (std::size_t o = 0; o < n; o += window) {
+      const std::size_t w = std::min(window, n - o);
+      buf.resize(w);
+      if (comm.rank() == root) {
+        for (std::size_t k = 0; k < w; ++k) buf[k] = static_cast<float>(v[o + k]);
+      }
+      comm.broadcast(std::span<float>(buf.data(), w), root).wait();
+      for (std::size_t k = 0; k < w; ++k) v[o + k] = static_cast<element>(buf[k]);
+    }
+  }
+}
+}  // namespace detail
+
 /// Makes every rank's trainer start from the root's weights, as PyTorch DDP broadcasts the
 /// parameters at construction: the root's fp32 master weights are broadcast over `comm` and cast
 /// into each rank's model (trainer::publish_weights). Call it once after building the trainers,
 /// before the first step (and after restoring a checkpoint on the root only). Host trainers.
+/// A hone::zero trainer with sharded master weights (trainer::master_weights_sharded()) holds no
+/// whole copy to broadcast: the root's model weights are broadcast (as floats, 4 MiB at a time)
+/// and every rank loads its shard from them (trainer::reload_weights_from_model); restore such a
+/// trainer's checkpoint on every rank, not on the root only (the master weights' extra precision
+/// would be lost).
 template <class Trainer, class Comm>
 void broadcast_weights(Trainer& trainer, Comm& comm, int root = 0) {
   static_assert(check_communicator<Comm>());
+  if constexpr (requires { trainer.master_weights_sharded(); }) {
+    if (trainer.master_weights_sharded()) {
+      detail::broadcast_model_weights(trainer.model(), comm, root);
+      trainer.reload_weights_from_model();
+      return;
+    }
+  }
   std::span<float> w = trainer.master_weights();
   comm.broadcast(w, root).wait();
   trainer.publish_weights();

@@ -32,7 +32,10 @@
 //    every rank.
 //  - The update: the optimizer steps this rank's shard of the master weights with its shard of
 //    the state; then gather() all-gathers the updated shards in windows into every rank's full
-//    master weights, which are cast into the model's working weights as without the role.
+//    master weights when they are the model's own fp32 weights (bound zero-copy). Otherwise
+//    (mixed precision, or fp32 tensors in separate buffers) each rank holds only its shard of the
+//    master weights (zero_options::shard_master_weights, the default) and gather_into() casts the
+//    gathered windows straight into the model's working weights.
 //
 // The windows. A collective moves one window per rank: the reduce-scatter of window k sends
 // elements [r S + k B, r S + (k + 1) B) of every shard r (staged into one contiguous bucket of
@@ -44,7 +47,9 @@
 // Memory per parameter with fp32 AdamW and fp32 weights bound zero-copy (the model's weights are
 // the master weights): weights 4 + master gradients 4 + moments 8 = 16 bytes without sharding
 // (hone::data_parallel); zero<1> 4 + 4 + 8/d; zero<2> 4 + 4/d + 8/d, plus the staging bucket. The
-// model's own gradient tensors come on top in every mode (the model owns them).
+// model's own gradient tensors come on top in every mode (the model owns them). Mixed precision
+// (16-bit working weights, 2 bytes, the model's): zero<1> 2 + 4 + (4 + 8)/d, zero<2> 2 + 16/d
+// with the master weights sharded.
 //
 // Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
 // (hone::adamw, hone::sgd); clipping by L2 norm or by value (another norm type is refused when the
@@ -54,7 +59,10 @@
 // own message; the job must then end (e.g. mpi_comm::abort()): the collectives are not resumed.
 // Checkpoints: hone::checkpoint::capture of a ZeRO trainer is collective (every rank calls it; the
 // state's shards are all-gathered into whole tensors and one rank writes them), and restore keeps
-// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks.
+// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks. With
+// sharded master weights capture also gathers them (collective for any content), and the roles
+// that read whole tensors of them (magnitude pruning, fake-quant training, early stopping's
+// keep_best_weights) refuse the trainer: set shard_master_weights = false for those.
 // hone::checkpoint::save_sharded (hone/checkpoint/sharded.hpp) instead has every rank write its
 // own shard under one MANIFEST. See docs/dist.md, "ZeRO".
 #pragma once
@@ -65,6 +73,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -85,6 +94,15 @@ struct zero_options {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   /// Divide the summed gradients by the number of ranks (DDP's mean).
   bool average = true;
+  /// Shard the fp32 master weights too, when they are the trainer's own copy (mixed precision,
+  /// or fp32 tensors that are not one arena): each rank keeps 4/d bytes per parameter of them
+  /// instead of 4 (DeepSpeed's stages 1 and 2 do the same), and the updated shards are
+  /// all-gathered straight into the model's working weights. trainer::master_weights() is then
+  /// this rank's shard, and publishing them is collective. Set false for the roles that need
+  /// every rank's whole master weights: magnitude pruning, fake-quant training and early
+  /// stopping's keep_best_weights (they refuse sharded master weights with a config_error).
+  /// Without effect when the model's fp32 weights are the master weights (bound zero-copy).
+  bool shard_master_weights = true;
 };
 
 namespace dist {
@@ -215,15 +233,33 @@ class zero_redundancy {
   /// windows, after this rank updated its own shard.
   void gather(std::span<float> master) {
     const dist::shard_range sh = shard(master.size());
+    gather_into(master.size(), std::span<const float>(master).subspan(sh.offset, sh.count),
+                [&](std::size_t start, std::span<const float> values) {
+                  std::copy(values.begin(), values.end(),
+                            master.begin() + static_cast<std::ptrdiff_t>(start));
+                });
+  }
+
+  /// All-gathers every rank's shard of an arena of `elements` floats, in windows, handing each
+  /// received block to out(start, values): values are arena elements [start, start +
+  /// values.size()), every rank's (this rank's own too). `mine` is this rank's shard (at most
+  /// shard(elements).count floats; elements past its end travel as zeros). The trainer's route
+  /// for sharded master weights: out casts the blocks into the model's working weights.
+  template <class Out>
+  void gather_into(std::size_t elements, std::span<const float> mine, const Out& out) {
+    const dist::shard_range sh = shard(elements);
+    HONE_REQUIRE(mine.size() <= sh.count,
+                 "hone::zero: internal error: a shard of " + std::to_string(mine.size()) +
+                     " elements to gather, the shard holds " + std::to_string(sh.count));
     const auto d = static_cast<std::size_t>(comm_->size());
     const std::size_t b = window(d);
     prepare(d, b);
     std::size_t k = 0;
     for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
       const std::size_t w = std::min(b, sh.stride - o);
-      const std::size_t mine = o < sh.count ? std::min(w, sh.count - o) : 0;
-      std::copy_n(master.begin() + static_cast<std::ptrdiff_t>(sh.offset + o), mine, recv_.begin());
-      std::fill(recv_.begin() + static_cast<std::ptrdiff_t>(mine),
+      const std::size_t n = o < mine.size() ? std::min(w, mine.size() - o) : 0;
+      std::copy_n(mine.begin() + static_cast<std::ptrdiff_t>(o), n, recv_.begin());
+      std::fill(recv_.begin() + static_cast<std::ptrdiff_t>(n),
                 recv_.begin() + static_cast<std::ptrdiff_t>(w), 0.0f);
       run("the all_gather of the updated master weights", steps_, k + 1, [&] {
         return comm_->all_gather(std::span<const float>(recv_.data(), w),
@@ -231,10 +267,9 @@ class zero_redundancy {
       });
       for (std::size_t r = 0; r < d; ++r) {
         const std::size_t start = r * sh.stride + o;
-        if (start >= master.size()) break;
-        const std::size_t n = std::min(w, master.size() - start);
-        std::copy_n(staging_.begin() + static_cast<std::ptrdiff_t>(r * w), n,
-                    master.begin() + static_cast<std::ptrdiff_t>(start));
+        if (start >= elements) break;
+        const std::size_t count = std::min(w, elements - start);
+        out(start, std::span<const float>(staging_.data() + r * w, count));
       }
     }
   }
@@ -342,5 +377,32 @@ template <int Stage, class Comm>
 [[nodiscard]] zero_redundancy<Stage, Comm> zero(Comm& comm, zero_options options = {}) {
   return zero_redundancy<Stage, Comm>(comm, options);
 }
+
+namespace dist {
+/// Every rank's whole fp32 master weights of the host trainer `t`, in its arena layout
+/// (t.layout().total() floats): a copy of t.master_weights(), or, when a hone::zero trainer shards
+/// them (zero_options::shard_master_weights, t.master_weights_sharded()), the ranks' shards
+/// all-gathered: collective then, every rank calls it. For inspection and export; it holds 4 bytes
+/// per parameter while it lives.
+template <class Trainer>
+[[nodiscard]] std::vector<float> gather_master_weights(Trainer& t) {
+  const auto mine = t.master_weights();
+  static_assert(std::is_same_v<std::remove_cv_t<decltype(mine)>, std::span<float>>,
+                "hone::dist::gather_master_weights: the trainer's master weights are not host "
+                "memory (a CUDA model); copy them from the device instead.");
+  std::vector<float> whole(t.layout().total(), 0.0f);
+  if constexpr (requires { t.gradient_reduction().shard(std::size_t{}); }) {
+    if (t.master_weights_sharded()) {
+      auto& z = t.gradient_reduction();
+      const shard_range sh = z.shard(whole.size());
+      std::copy(mine.begin(), mine.end(), whole.begin() + static_cast<std::ptrdiff_t>(sh.offset));
+      z.gather(std::span<float>(whole));
+      return whole;
+    }
+  }
+  std::copy(mine.begin(), mine.end(), whole.begin());
+  return whole;
+}
+}  // namespace dist
 
 HONE_NAMESPACE_END

@@ -488,6 +488,11 @@ class early_stopping_engine {
   void bind(Trainer& t) {
     if (!keep_) return;
     if constexpr (std::is_same_v<decltype(t.master_weights()), std::span<float>>) {
+      HONE_REQUIRE(!t.master_weights_sharded(),
+                   "hone::early_stopping_policy: keep_best_weights keeps a copy of the whole "
+                   "master weights, but this hone::zero trainer holds only its shard of them. "
+                   "Build the role with hone::zero_options{.shard_master_weights = false}, or set "
+                   "keep_best_weights = false.");
       keeper_.track(t.master_weights());
     } else {
       HONE_REQUIRE(

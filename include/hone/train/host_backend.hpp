@@ -220,13 +220,15 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     if constexpr (Types::sharded) {
       // hone::zero: this rank's shard of the master weights with its shard of the state, then
       // every rank's shard all-gathered into the full master weights.
+      // With sharded master weights (p.master is the shard) the shards are gathered straight
+      // into the model's working weights.
       const auto sh = p.reduction.shard(p.size());
       if (p.state.layout().size() > 0) {
         const float* g = p.master_grad_data() + (Types::zero_stage == 1 ? sh.offset : 0);
-        p.state.step(p.optimizer, args, p.master + sh.offset, g, p.state_groups);
+        p.state.step(p.optimizer, args, p.master + (p.master_sharded ? 0 : sh.offset), g,
+                     p.state_groups);
       }
-      p.reduction.gather(std::span<float>(p.master, p.size()));
-      if (!p.zero_copy) hone::for_each(p.weights_out, cast_to_working<working_type>{});
+      publish_weights(p);
       return;
     }
     if constexpr (direct_capable) {
@@ -243,6 +245,34 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
 
   /// Nothing runs asynchronously on the host.
   void synchronize() noexcept {}
+
+  /// The master weights cast into the model's working weights; with hone::zero every rank's
+  /// shard all-gathered first (collective): into the full master weights, or with sharded master
+  /// weights straight into the working weights, window by window.
+  template <class Parts>
+  void publish_weights(Parts& p) {
+    if constexpr (Types::sharded) {
+      if (p.master_sharded) {
+        p.reduction.gather_into(
+            p.size(), std::span<const float>(p.master, p.own_master.all().size()),
+            [&](std::size_t start, std::span<const float> v) { cast_range(p, start, v); });
+        return;
+      }
+      p.reduction.gather(std::span<float>(p.master, p.size()));
+    }
+    if (!p.zero_copy) hone::for_each(p.weights_out, cast_to_working<working_type>{});
+  }
+
+  /// The model's working weights of arena elements [start, start + v.size()) <- v (the padding
+  /// between tensors skipped).
+  template <class Parts>
+  static void cast_range(Parts& p, std::size_t start, std::span<const float> v) {
+    tensor_lists<working_type, const float> pieces;
+    for_pieces(p.layout, start, v.size(), [&](std::size_t slot, std::size_t a, std::size_t n) {
+      pieces.add(n, p.model_values[slot] + (a - p.layout[slot].offset), v.data() + (a - start));
+    });
+    if (!pieces.empty()) hone::for_each(pieces, cast_to_working<working_type>{});
+  }
 
  private:
   using load_master_functor = hone::load_master<working_type>;
@@ -339,21 +369,28 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   static void unscale_range(const arena_layout& layout, const std::vector<const working_type*>& g,
                             std::size_t start, std::span<float> dst, float factor) {
     std::fill(dst.begin(), dst.end(), 0.0f);
+    tensor_lists<float, const working_type> pieces;
+    for_pieces(layout, start, dst.size(), [&](std::size_t slot, std::size_t a, std::size_t n) {
+      pieces.add(n, dst.data() + (a - start), g[slot] + (a - layout[slot].offset));
+    });
+    if (!pieces.empty()) (void)unscale_accumulate_into(pieces, factor, false);
+  }
+
+  /// f(slot, first arena element, count) for each tensor's piece of arena elements [start,
+  /// start + n), in order.
+  template <class F>
+  static void for_pieces(const arena_layout& layout, std::size_t start, std::size_t n, F&& f) {
     const auto& slots = layout.slots();
-    const std::size_t end = start + dst.size();
+    const std::size_t end = start + n;
     auto it = std::upper_bound(
         slots.begin(), slots.end(), start,
         [](std::size_t off, const arena_layout::slot& sl) { return off < sl.offset; });
     if (it != slots.begin()) --it;
-    tensor_lists<float, const working_type> pieces;
     for (; it != slots.end() && it->offset < end; ++it) {
       const std::size_t a = std::max(start, it->offset);
       const std::size_t b = std::min(end, it->offset + it->count);
-      if (a >= b) continue;
-      pieces.add(b - a, dst.data() + (a - start),
-                 g[static_cast<std::size_t>(it - slots.begin())] + (a - it->offset));
+      if (a < b) f(static_cast<std::size_t>(it - slots.begin()), a, b - a);
     }
-    if (!pieces.empty()) (void)unscale_accumulate_into(pieces, factor, false);
   }
 
   double sum_sq_ = 0.0;

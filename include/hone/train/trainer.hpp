@@ -37,6 +37,7 @@
 // unchanged, so immediate mode is bit-identical to the trainer without the role.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -50,6 +51,7 @@
 
 #include "hone/core/config.hpp"
 #include "hone/core/device_span.hpp"
+#include "hone/core/error.hpp"
 #include "hone/core/model.hpp"
 #include "hone/core/multi_tensor.hpp"
 #include "hone/core/space.hpp"
@@ -252,11 +254,15 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// fp32 master weights: in the model's space (the model's own weights when they are bound
   /// zero-copy: std::span on the host, hone::device_span on CUDA), or with the offload role the
   /// engine's host copy (after waiting for a pending delayed update).
+  /// With hone::zero and sharded master weights (zero_options::shard_master_weights; see
+  /// master_weights_sharded()) they are this rank's shard: arena elements [shard offset, + size())
+  /// (hone::dist::gather_master_weights gathers the whole).
   [[nodiscard]] auto master_weights() noexcept(!offloaded) {
     if constexpr (offloaded) {
       engine_.wait();
       return std::span<float>(engine_.master().all().data(), p_.size());
     } else if constexpr (std::is_same_v<space_type, host_space>) {
+      if (p_.master_sharded) return std::span<float>(p_.master, p_.own_master.all().size());
       return std::span<float>(p_.master, p_.size());
     } else {
       return device_span<float>{p_.master, p_.size()};
@@ -319,6 +325,35 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   { return backend_.exec(); }
   /// Whether the master weights alias the model's weights (fp32 bound zero-copy, no offload).
   [[nodiscard]] bool zero_copy() const noexcept { return p_.zero_copy; }
+  /// Whether each rank holds only its shard of the master weights (hone::zero with
+  /// zero_options::shard_master_weights, when they are not the model's own): master_weights() is
+  /// the shard and publish_weights() is collective.
+  [[nodiscard]] bool master_weights_sharded() const noexcept { return p_.master_sharded; }
+  /// Sets the master weights from `whole`, every rank's full fp32 weights in the arena's layout
+  /// (layout().total() floats, the same on every rank), and casts them into the model's working
+  /// weights. With sharded master weights this rank keeps its shard; not collective either way
+  /// (checkpoint::restore's route). Host trainers without the offload role.
+  void assign_weights(std::span<const float> whole) requires(
+      !offloaded && std::is_same_v<space_type, host_space>) {
+    HONE_REQUIRE(whole.size() == p_.size(),
+                 "hone::trainer::assign_weights: " + std::to_string(whole.size()) +
+                     " floats given, the trainer's arena holds " + std::to_string(p_.size()) +
+                     " (layout().total(), the padding between tensors included)");
+    const auto mine = master_weights();
+    std::size_t lo = 0;
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) lo = p_.reduction.shard(p_.size()).offset;
+    }
+    if (mine.data() != whole.data()) {
+      std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(lo), mine.size(), mine.begin());
+    }
+    if (p_.zero_copy) return;
+    tensor_lists<working_type, const float> out;
+    for (std::size_t i = 0; i < p_.layout.size(); ++i) {
+      out.add(p_.layout[i].count, p_.model_values[i], whole.data() + p_.layout[i].offset);
+    }
+    hone::for_each(out, cast_to_working<working_type>{});
+  }
   /// Restores the step counter (a checkpoint's); the schedule continues from there.
   void set_steps_done(std::uint64_t s) noexcept { p_.step = s; }
   /// Copies the model's current weights into the master weights (after the user changed them;
@@ -335,11 +370,18 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     }
   }
   /// Casts the master weights into the model's working weights (after a restore; stream-ordered
-  /// on CUDA).
+  /// on CUDA). With sharded master weights (master_weights_sharded()) every rank's shard is
+  /// all-gathered into the model: collective, every rank calls it.
   void publish_weights() {
     if constexpr (offloaded) {
       engine_.push_params(p_.device_params);
       copy_work_to_model();
+    } else if constexpr (types::sharded) {
+      if (p_.master_sharded) {
+        backend_.publish_weights(p_);
+      } else if (!p_.zero_copy) {
+        backend_.for_each(p_.weights_out, cast_to_working<working_type>{});
+      }
     } else {
       if (!p_.zero_copy) backend_.for_each(p_.weights_out, cast_to_working<working_type>{});
     }
@@ -477,19 +519,35 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       p_.master = reinterpret_cast<float*>(value(0));
       p_.zero_copy = true;
     } else {
-      p_.own_master = arena<float, space_type>(layout);
+      // hone::zero with shard_master_weights: this rank's shard of the master weights only
+      if constexpr (types::sharded) {
+        p_.master_sharded = p_.reduction.options().shard_master_weights;
+      }
+      p_.own_master = arena<float, space_type>(p_.master_sharded ? p_.optimizer_layout() : layout);
       p_.master = p_.own_master.all().data();
+    }
+    // sharded master weights: arena elements [lo, hi) are this rank's (own_master's first at lo)
+    std::size_t lo = 0, hi = layout.total();
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) {
+        lo = p_.reduction.shard(layout.total()).offset;
+        hi = lo + p_.own_master.all().size();
+      }
     }
     for (std::size_t i = 0; i < views.size(); ++i) {
       const std::size_t n = layout[i].count;
       const std::size_t off = layout[i].offset;
       p_.model_grads.push_back(grad(i));
+      p_.model_values.push_back(value(i));
       if constexpr (types::zero_stage != 2) p_.grads.add(n, p_.master_grad_data() + off, grad(i));
       if constexpr (offloaded) {
         if (!laid_out) {
           p_.work_in.add(n, p_.device_params + off, value(i));
           p_.work_out.add(n, value(i), p_.device_params + off);
         }
+      } else if (p_.master_sharded) {  // the tensor's piece in this rank's shard, if any
+        const std::size_t a = std::max(lo, off), b = std::min(hi, off + n);
+        if (a < b) p_.weights_in.add(b - a, p_.master + (a - lo), value(i) + (a - off));
       } else if (!p_.zero_copy) {
         p_.weights_in.add(n, p_.master + off, value(i));
         p_.weights_out.add(n, value(i), p_.master + off);

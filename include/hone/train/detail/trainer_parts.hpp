@@ -297,11 +297,15 @@ struct trainer_parts {
   mutable arena<float, Space> master_grad;
   float* master = nullptr;  // the fp32 master weights (in Space; host with offload)
   bool zero_copy = false;   // master IS the model's fp32 weights (bound arena views)
+  // hone::zero with zero_options::shard_master_weights: own_master holds this rank's shard only
+  // (laid out as optimizer_layout()), and master points at its first element
+  bool master_sharded = false;
   [[no_unique_address]] local_state_type state;
   arena<working_type, Space> work;        // offload: flat working weights (unless the model's)
   working_type* device_params = nullptr;  // offload: the working weights the engine publishes
   tensor_lists<float, const working_type> grads;            // master_grad <- model's gradients
   std::vector<const working_type*> model_grads;             // the model's gradients, per slot
+  std::vector<working_type*> model_values;                  // the model's weights, per slot
   tensor_lists<float, const working_type> weights_in;       // master <- model's weights
   tensor_lists<working_type, const float> weights_out;      // model's weights <- master
   tensor_lists<working_type, const working_type> work_in;   // offload: work <- model's weights
