@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Peer of mpi_bench_zero (bench/zero.cpp): the same step over torch.distributed on the CPU
-(gloo), with torch's ZeRO stage 1, torch.distributed.optim.ZeroRedundancyOptimizer.
+(gloo), with torch's ZeRO stage 1, torch.distributed.optim.ZeroRedundancyOptimizer, and its ZeRO
+stage 2, FullyShardedDataParallel with ShardingStrategy.SHARD_GRAD_OP.
 
 The model is mpi_bench_zero's: --params fp32 values (16 Mi) in --tensors tensors (8; the first
 params % tensors hold one more), every value 0.01; its backward is g = x * w (one pass, x = 1 +
@@ -12,15 +13,21 @@ thread (--threads). Rows, interleaved, the order rotated each repetition (--rota
   ddp    DistributedDataParallel (25 MiB buckets, as hone's --bucket-mb default) + AdamW
   zero1  the same DDP module + ZeroRedundancyOptimizer(optimizer_class=AdamW): DDP all-reduces
          the gradients, each rank steps the tensors it owns (whole tensors, assigned by size),
-         and each tensor is broadcast from its owner after the step (torch's ZeRO-1; torch has no
-         ZeRO-2 for plain DDP)
+         and each tensor is broadcast from its owner after the step (torch's ZeRO-1)
+  zero2  FullyShardedDataParallel(SHARD_GRAD_OP, use_orig_params, on the CPU) + AdamW over its
+         shards and FSDP's clip_grad_norm_ (the global norm): the module's tensors are one flat
+         parameter cut into equal shards by elements; backward reduce-scatters the gradients,
+         each rank steps its shard, and the next forward all-gathers the parameters (torch's
+         ZeRO-2; --bucket-mb does not apply: the one flat parameter of the wrapped module moves
+         in one collective each way)
 
 A sample is --steps steps between a barrier and a MAX all-reduce of the time (the slowest
 rank's), as mpi_bench_zero's. Memory: the optimizer state's bytes on this rank (every tensor in
 the optimizer's state), the largest rank's, per parameter: 8 for AdamW without sharding, about
 8 / d with ZeRO-1 (whole tensors, so not exactly). Rank 0 prints the table; with --json FILE it
 appends one JSON object (the samples in ms; scripts/bench-zero reads them); with --out FILE it
-writes results.json records (workloads zero_step_ddp and zero_step_zero1, impl torch; --filter
+writes results.json records (workloads zero_step_ddp, zero_step_zero1 and zero_step_zero2, impl
+torch; --filter
 selecting none of them: [] is written and nothing runs). bench/driver.py
 (scripts/bench --peers) starts every peer with --serve: this one needs all of its ranks at once,
 so it serves no workload there.
@@ -40,8 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     init_gloo, launched_rank, parser, select, serve_nothing, time_ms, write)
 
-ROWS = ("ddp", "zero1")
-WORKLOADS = {"ddp": "zero_step_ddp", "zero1": "zero_step_zero1"}  # scripts/bench-zero's names
+ROWS = ("ddp", "zero1", "zero2")
+WORKLOADS = {"ddp": "zero_step_ddp", "zero1": "zero_step_zero1",
+             "zero2": "zero_step_zero2"}  # scripts/bench-zero's names
+PEERS = {"ddp": "DistributedDataParallel",
+         "zero1": "ZeroRedundancyOptimizer + DistributedDataParallel",
+         "zero2": "FullyShardedDataParallel(SHARD_GRAD_OP)"}
 
 
 def options(argv: list[str] | None = None):
@@ -64,6 +75,7 @@ def options(argv: list[str] | None = None):
 
 def run(torch, dist, args, rank: int, size: int) -> None:
     from torch import nn  # noqa: PLC0415
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy  # noqa: PLC0415
     from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: PLC0415
     from torch.nn.parallel import DistributedDataParallel  # noqa: PLC0415
 
@@ -93,17 +105,25 @@ def run(torch, dist, args, rank: int, size: int) -> None:
             return GradIsXW.apply(x, *self.ws)
 
     x = 1.0 + 0.5 * rank
-    models = {row: DistributedDataParallel(Flat(), bucket_cap_mb=args.bucket_mb) for row in ROWS}
+    models = {row: DistributedDataParallel(Flat(), bucket_cap_mb=args.bucket_mb)
+              for row in ("ddp", "zero1")}
+    models["zero2"] = FullyShardedDataParallel(
+        Flat(), sharding_strategy=ShardingStrategy.SHARD_GRAD_OP, device_id=torch.device("cpu"),
+        use_orig_params=True)
     opts = {"ddp": torch.optim.AdamW(models["ddp"].parameters(), lr=1e-3, weight_decay=0.01),
             "zero1": ZeroRedundancyOptimizer(models["zero1"].parameters(),
                                              optimizer_class=torch.optim.AdamW, lr=1e-3,
-                                             weight_decay=0.01)}
+                                             weight_decay=0.01),
+            "zero2": torch.optim.AdamW(models["zero2"].parameters(), lr=1e-3, weight_decay=0.01)}
 
     def step(row: str) -> None:
         model, o = models[row], opts[row]
         o.zero_grad()
         model(x).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if row == "zero2":
+            model.clip_grad_norm_(1.0)  # the norm over every rank's shard
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         o.step()
 
     def sample(row: str) -> float:
@@ -134,15 +154,18 @@ def run(torch, dist, args, rank: int, size: int) -> None:
             times[row].append(sample(row))
     if rank != 0:
         return
-    ratio = statistics.median(d / z for d, z in zip(times["ddp"], times["zero1"]))
+    def ratio(row: str) -> float:
+        return statistics.median(d / z for d, z in zip(times["ddp"], times[row]))
+
     print(f"zero_step (torch {torch.__version__}, gloo): {size} ranks x 1 thread, {args.params} "
           f"fp32 parameters in {args.tensors} tensors, AdamW, clipping, {args.steps} steps per "
           f"sample, {args.repetitions} repetitions")
     print(f"{'row':<8} {'state B/param':>14} {'step ms':>10} {'ddp/row (median)':>17}")
     print(f"{'ddp':<8} {mem[0].item():14.2f} {statistics.median(times['ddp']) * 1e3:10.2f} "
           f"{'1.00':>17}")
-    print(f"{'zero1':<8} {mem[1].item():14.2f} {statistics.median(times['zero1']) * 1e3:10.2f} "
-          f"{ratio:17.2f}", flush=True)
+    for k, row in enumerate(ROWS[1:], start=1):
+        print(f"{row:<8} {mem[k].item():14.2f} {statistics.median(times[row]) * 1e3:10.2f} "
+              f"{ratio(row):17.2f}", flush=True)
     if args.json:
         record = {"impl": "torch", "ranks": size, "parameters": args.params,
                   "tensors": args.tensors, "steps_per_sample": args.steps,
@@ -150,14 +173,13 @@ def run(torch, dist, args, rank: int, size: int) -> None:
                   "torch": torch.__version__, "backend": "gloo",
                   "ddp_ms": [v * 1e3 for v in times["ddp"]],
                   "zero1_ms": [v * 1e3 for v in times["zero1"]],
-                  "state_bytes_per_param": {"ddp": mem[0].item(), "zero1": mem[1].item()}}
+                  "zero2_ms": [v * 1e3 for v in times["zero2"]],
+                  "state_bytes_per_param": {row: mem[k].item() for k, row in enumerate(ROWS)}}
         with open(args.json, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
     if args.out:
         write([time_ms(WORKLOADS[row], "torch", times[row], args.threads, ranks=size,
-                       peer=f"torch {torch.__version__} "
-                            + ("ZeroRedundancyOptimizer + " if row == "zero1" else "")
-                            + "DistributedDataParallel, gloo",
+                       peer=f"torch {torch.__version__} {PEERS[row]}, gloo",
                        counters={"optimizer_state_bytes_per_param": float(mem[k].item())})
                for k, row in enumerate(ROWS) if select([WORKLOADS[row]], "torch", args.filter)],
               args.out)
