@@ -576,7 +576,8 @@ BOOST_AUTO_TEST_CASE(roles_that_need_whole_master_weights_refuse_sharded_ones) {
   hone::trainer kept(m, hone::fp16_mixed<>{}, hone::zero<1>(c, {.shard_master_weights = false}),
                      hone::early_stopping_policy{.keep_best_weights = true});
   BOOST_TEST(!kept.master_weights_sharded());
-  // Magnitude pruning masks the whole master weights after each update: refused at the first.
+  // Magnitude pruning masks the whole master weights after each update: refused when the trainer
+  // is built (its attach hook), before any step.
   const auto prune_step = [&](bool shard) {
     mlp<hone::half> pm;
     hone::trainer t(pm, hone::fp16_mixed<>{.scaler = {.init_scale = 1.0f}},

@@ -258,6 +258,16 @@ class magnitude_pruning {
                  "or leave the default (every tensor but biases and norms).");
   }
 
+  /// Called by the trainer when it is built: refuses sharded master weights (hone::zero with
+  /// zero_options::shard_master_weights), which the masks cannot cover.
+  template <class Trainer>
+  void attach(Trainer& t) {
+    HONE_REQUIRE(!t.master_weights_sharded(),
+                 "hone::compress::magnitude_pruning: the masks cover the whole master weights, but "
+                 "this hone::zero trainer holds only its shard of them. Build the role with "
+                 "hone::zero_options{.shard_master_weights = false}.");
+  }
+
   /// Called by the trainer after every applied update.
   template <class Trainer>
   void after_update(Trainer& t) {
@@ -265,10 +275,6 @@ class magnitude_pruning {
     static_assert(std::is_same_v<decltype(master), std::span<float>>,
                   "hone::compress::magnitude_pruning: the trainer's master weights are not in host "
                   "memory (a CUDA model); pruning masks are applied on the host only.");
-    HONE_REQUIRE(!t.master_weights_sharded(),
-                 "hone::compress::magnitude_pruning: the masks cover the whole master weights, but "
-                 "this hone::zero trainer holds only its shard of them. Build the role with "
-                 "hone::zero_options{.shard_master_weights = false}.");
     if (masks_.empty()) masks_ = mask_arena(t.layout(), o_.prunable);
     const std::uint64_t step = t.steps_done();
     const double s = o_.schedule.at(step);

@@ -147,6 +147,13 @@ class fake_quant_training {
                  "one, or leave the default (every tensor but biases and norms).");
   }
 
+  /// Called by the trainer when it is built: refuses sharded master weights (hone::zero with
+  /// zero_options::shard_master_weights), whose whole tensors no rank holds.
+  template <class Trainer>
+  void attach(Trainer& t) {
+    refuse_sharded(t);
+  }
+
   /// Called by the trainer after every applied update: from begin_step on, the model's weights
   /// become the fake-quantized master weights.
   template <class Trainer>
@@ -173,10 +180,7 @@ class fake_quant_training {
                  "arena), so fake quantization would overwrite the fp32 weights that QAT keeps. "
                  "Give the trainer a model whose tensors are separate buffers, or train in "
                  "bf16_mixed or fp16_mixed.");
-    HONE_REQUIRE(!t.master_weights_sharded(),
-                 "hone::compress::fake_quant_training: fake quantization reads whole tensors of "
-                 "the master weights, but this hone::zero trainer holds only its shard of them. "
-                 "Build the role with hone::zero_options{.shard_master_weights = false}.");
+    refuse_sharded(t);
     if (!bound_) bind<!on_host>(t);
     if constexpr (on_host) {
       for (const auto& x : targets_) {
@@ -227,6 +231,14 @@ class fake_quant_training {
   fake_quant_training& operator=(fake_quant_training&&) noexcept = default;
 
  private:
+  template <class Trainer>
+  static void refuse_sharded(const Trainer& t) {
+    HONE_REQUIRE(!t.master_weights_sharded(),
+                 "hone::compress::fake_quant_training: fake quantization reads whole tensors of "
+                 "the master weights, but this hone::zero trainer holds only its shard of them. "
+                 "Build the role with hone::zero_options{.shard_master_weights = false}.");
+  }
+
   using target = detail::fake_quant_target;
 
   template <class T>

@@ -129,7 +129,9 @@ struct no_early_stopping {
 /// calls it after every applied update (not after a skipped step), once steps_done() counts that
 /// update, inside the optimizer phase. It changes the fp32 master weights (t.master_weights()) and,
 /// when they are not the model's own (t.zero_copy() false), publishes them (t.publish_weights()).
-/// hone::compress::magnitude_pruning (hone/compress/prune.hpp) is one.
+/// It may also have `template <class Trainer> void attach(Trainer& t)`, which the trainer calls
+/// once when it is built (its memory bound), e.g. to refuse a trainer it cannot serve before any
+/// step. hone::compress::magnitude_pruning (hone/compress/prune.hpp) is one.
 struct no_weight_constraint {
   using role = roles::weight_constraint;
 };
@@ -159,6 +161,19 @@ class weight_constraints {
   template <class Trainer>
   void after_update(Trainer& t) {
     std::apply([&](auto&... part) { (part.after_update(t), ...); }, parts_);
+  }
+  /// Each part's attach (those that have one), in order, when the trainer is built.
+  template <class Trainer>
+  void attach(Trainer& t) {
+    std::apply(
+        [&](auto&... part) {
+          (
+              [&] {
+                if constexpr (requires { part.attach(t); }) part.attach(t);
+              }(),
+              ...);
+        },
+        parts_);
   }
 
   /// The I-th part, or the part of type P.

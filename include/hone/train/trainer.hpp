@@ -118,6 +118,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     backend_.check(p_);
     bind();
     if constexpr (stops_early) stopper_.bind(*this);
+    if constexpr (requires { p_.constraint.attach(*this); }) p_.constraint.attach(*this);
   }
 
   trainer(const trainer&) = delete;
