@@ -8,7 +8,10 @@
 //      norm's sum is grouped by shard, and MPI may pair the ranks' sums in its own order), with
 //      the same skipped steps and loss scales;
 //  (c) two runs give the same bits;
-//  (d) zero<1>, zero<2> and hone::data_parallel agree with each other within the same tolerance.
+//  (d) zero<1>, zero<2> and hone::data_parallel agree with each other within the same tolerance;
+//  (e) the fp16 model's fp32 master weights are sharded (each rank holds its shard, together
+//      every parameter once), with the bits of whole ones (zero_options::shard_master_weights =
+//      false), both stages. Every case above runs on sharded master weights too.
 #define BOOST_TEST_MODULE hone_dist_mpi_zero
 #include <boost/test/unit_test.hpp>
 
@@ -89,4 +92,29 @@ BOOST_AUTO_TEST_CASE(zero_and_data_parallel_agree) {  // (d)
                       max_abs_diff(z2[s].master, ddp[s].master)});
   }
   BOOST_TEST(worst <= 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(sharded_master_weights_give_the_bits_of_whole_ones) {  // (e)
+  auto c = make_comm();
+  const scenario sc{};
+  {
+    mlp<hone::half> m;
+    auto t = scenario_trainer(m, hone::zero<1>(c, small_windows));
+    BOOST_TEST(t.master_weights_sharded());
+    const auto sh = hone::dist::shard_of(t.layout().total(), c.rank(), c.size());
+    BOOST_TEST(t.master_weights().size() <= sh.count);
+    double held = static_cast<double>(t.master_weights().size());
+    c.all_reduce(std::span<double>(&held, 1), hone::dist::reduce_op::sum).wait();
+    BOOST_TEST(held >= 65.0);  // every parameter's master weight once over the ranks
+    BOOST_TEST(held <= static_cast<double>(t.layout().total()));
+  }
+  hone::zero_options whole = small_windows;
+  whole.shard_master_weights = false;
+  for (int stage : {1, 2}) {
+    const auto a = stage == 1 ? train_zero<1>(c, sc, 2) : train_zero<2>(c, sc, 2);
+    const auto b = stage == 1 ? train_zero<1>(c, sc, 2, whole) : train_zero<2>(c, sc, 2, whole);
+    for (std::size_t s = 0; s < a.size(); ++s) {
+      BOOST_TEST(same_bits(a[s].master, b[s].master), "zero<" << stage << "> step " << s);
+    }
+  }
 }
