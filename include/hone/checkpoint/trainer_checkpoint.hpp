@@ -331,31 +331,25 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
                         master.subspan(slot.offset, slot.count), wdt);
     }
   };
-  if constexpr (sharded_trainer_v<Trainer>) {  // host trainers: the weights may be gathered ones
-    if (t.master_weights_sharded()) {
+  bool sharded_master = false;  // hone::zero (host trainers): then the gathered weights
+  if constexpr (sharded_trainer_v<Trainer>) {
+    sharded_master = t.master_weights_sharded();
+    if (sharded_master) {
       HONE_REQUIRE(gathered.size() == layout.total(),
                    "hone::checkpoint::capture: internal error: the sharded master weights were "
                    "not gathered");
       add_weights(gathered);
-    } else {
-      add_weights(t.master_weights());
     }
-  } else {
-    (void)gathered;
-    add_weights(t.master_weights());
   }
+  if (!sharded_master) add_weights(t.master_weights());
   if (full) {
     if constexpr (sharded_trainer_v<Trainer>) {
       // hone::zero: each state tensor's shards all-gathered into whole tensors (every rank calls
       // capture; the checkpoint is the one an unsharded trainer writes).
       auto& zero = t.gradient_reduction();
-      const auto sh = zero.shard(layout.total());
       t.optimizer_state().for_each_tensor([&](std::string_view name, const auto& a) {
         std::remove_cvref_t<decltype(a)> whole(layout);
-        const auto part = a.all();
-        std::copy(part.begin(), part.end(),
-                  whole.all().begin() + static_cast<std::ptrdiff_t>(sh.offset));
-        zero.gather(whole.all());
+        zero.gather(std::span<const float>(a.all()), whole.all());
         stage.add_state(std::string(name) + ".", whole, o);
       });
     } else {
@@ -433,26 +427,22 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
   detail::trainer_loader<detail::device_state_trainer_v<Trainer>> load(t);
   // hone::zero with sharded master weights: the whole weights read here, this rank's shard kept
   // and the whole cast into the model (trainer::assign_weights: no collective).
+  const auto load_weights = [&](const auto& into) {
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const auto& slot = layout[i];
+      load.load_weights(f.weights, slot.name, into.subspan(slot.offset, slot.count));
+    }
+  };
   [[maybe_unused]] std::vector<float> whole_weights;
   bool via_whole = false;
   if constexpr (detail::sharded_trainer_v<Trainer>) {
     via_whole = t.master_weights_sharded();
     if (via_whole) {
       whole_weights.assign(layout.total(), 0.0f);
-      for (std::size_t i = 0; i < layout.size(); ++i) {
-        const auto& slot = layout[i];
-        load.load_weights(f.weights, slot.name,
-                          std::span<float>(whole_weights).subspan(slot.offset, slot.count));
-      }
+      load_weights(std::span<float>(whole_weights));
     }
   }
-  if (!via_whole) {
-    const auto master = t.master_weights();
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      const auto& slot = layout[i];
-      load.load_weights(f.weights, slot.name, master.subspan(slot.offset, slot.count));
-    }
-  }
+  if (!via_whole) load_weights(t.master_weights());
   if (f.optimizer) {
     if constexpr (detail::sharded_trainer_v<Trainer>) {
       // hone::zero: the whole tensors read, this rank's shard kept (any number of ranks).
@@ -495,14 +485,10 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
       });
     }
   }
-  if constexpr (detail::sharded_trainer_v<Trainer>) {
-    if (via_whole) {
-      t.assign_weights(whole_weights);
-    } else {
-      t.publish_weights();
-    }
-  } else {
+  if (!via_whole) {
     t.publish_weights();  // on CUDA stream-ordered after the copies
+  } else if constexpr (detail::sharded_trainer_v<Trainer>) {
+    t.assign_weights(whole_weights);
   }
   load.finish();
   t.set_steps_done(f.state.step);

@@ -96,10 +96,6 @@ void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
     throw checkpoint_error(where + "pruning_level '" + it->second +
                            "' is not a sparsity in [0, 1].");
   }
-  HONE_REQUIRE(!t.master_weights_sharded(),
-               "hone::compress::restore_pruning: the masks cover the whole master weights, but "
-               "this hone::zero trainer holds only its shard of them. Build the role with "
-               "hone::zero_options{.shard_master_weights = false}.");
   p.restore(std::move(m), level);
   p.masks().apply(t.master_weights());
   if (!t.zero_copy()) t.publish_weights();

@@ -233,11 +233,15 @@ class zero_redundancy {
   /// windows, after this rank updated its own shard.
   void gather(std::span<float> master) {
     const dist::shard_range sh = shard(master.size());
-    gather_into(master.size(), std::span<const float>(master).subspan(sh.offset, sh.count),
-                [&](std::size_t start, std::span<const float> values) {
-                  std::copy(values.begin(), values.end(),
-                            master.begin() + static_cast<std::ptrdiff_t>(start));
-                });
+    gather(std::span<const float>(master).subspan(sh.offset, sh.count), master);
+  }
+
+  /// All-gathers every rank's shard (this rank's is `mine`) into `whole`, every rank's whole
+  /// arena: the consolidated tensors of a checkpoint, or gather_master_weights.
+  void gather(std::span<const float> mine, std::span<float> whole) {
+    gather_into(whole.size(), mine, [&](std::size_t start, std::span<const float> values) {
+      std::copy(values.begin(), values.end(), whole.begin() + static_cast<std::ptrdiff_t>(start));
+    });
   }
 
   /// All-gathers every rank's shard of an arena of `elements` floats, in windows, handing each
@@ -393,10 +397,7 @@ template <class Trainer>
   std::vector<float> whole(t.layout().total(), 0.0f);
   if constexpr (requires { t.gradient_reduction().shard(std::size_t{}); }) {
     if (t.master_weights_sharded()) {
-      auto& z = t.gradient_reduction();
-      const shard_range sh = z.shard(whole.size());
-      std::copy(mine.begin(), mine.end(), whole.begin() + static_cast<std::ptrdiff_t>(sh.offset));
-      z.gather(std::span<float>(whole));
+      t.gradient_reduction().gather(std::span<const float>(mine), std::span<float>(whole));
       return whole;
     }
   }

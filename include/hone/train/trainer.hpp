@@ -348,12 +348,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     if (mine.data() != whole.data()) {
       std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(lo), mine.size(), mine.begin());
     }
-    if (p_.zero_copy) return;
-    tensor_lists<working_type, const float> out;
-    for (std::size_t i = 0; i < p_.layout.size(); ++i) {
-      out.add(p_.layout[i].count, p_.model_values[i], whole.data() + p_.layout[i].offset);
-    }
-    hone::for_each(out, cast_to_working<working_type>{});
+    if (!p_.zero_copy) backend_.cast_range(p_, 0, whole);
   }
   /// Restores the step counter (a checkpoint's); the schedule continues from there.
   void set_steps_done(std::uint64_t s) noexcept { p_.step = s; }
@@ -377,13 +372,10 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     if constexpr (offloaded) {
       engine_.push_params(p_.device_params);
       copy_work_to_model();
-    } else if constexpr (types::sharded) {
-      if (p_.master_sharded) {
-        backend_.publish_weights(p_);
-      } else if (!p_.zero_copy) {
-        backend_.for_each(p_.weights_out, cast_to_working<working_type>{});
-      }
     } else {
+      if constexpr (types::sharded) {
+        if (p_.master_sharded) return backend_.publish_weights(p_);
+      }
       if (!p_.zero_copy) backend_.for_each(p_.weights_out, cast_to_working<working_type>{});
     }
   }
