@@ -11,12 +11,16 @@
 //  (d) zero<1>, zero<2> and hone::data_parallel agree with each other within the same tolerance;
 //  (e) the fp16 model's fp32 master weights are sharded (each rank holds its shard, together
 //      every parameter once), with the bits of whole ones (zero_options::shard_master_weights =
-//      false), both stages. Every case above runs on sharded master weights too.
+//      false), both stages. Every case above runs on sharded master weights too;
+//  (f) over sharded master weights, magnitude pruning and fake-quant training (its ranges agreed
+//      by an all_reduce (max) over mpi_comm) give the model and master weights of whole ones.
 #define BOOST_TEST_MODULE hone_dist_mpi_zero
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <cstring>
+#include <hone/compress/prune.hpp>
+#include <hone/compress/qat.hpp>
 #include <hone/dist/mpi/mpi_comm.hpp>
 #include <hone/dist/zero.hpp>
 #include <span>
@@ -60,6 +64,26 @@ void check_stage(int micro) {
     BOOST_TEST(same_bits(run[s].master, again[s].master), "step " << s);
     BOOST_TEST(same_bits(run[s].grad_norm, again[s].grad_norm), "step " << s);
   }
+}
+
+/// zero<2> with a weight constraint: the model's weights and the gathered master weights after
+/// every step.
+template <class Comm, class Constraint>
+std::vector<std::vector<float>> constrained_run(Comm& c, bool shard, Constraint k) {
+  const scenario sc{};
+  hone::zero_options o = small_windows;
+  o.shard_master_weights = shard;
+  mlp<hone::half> m;
+  auto t = scenario_trainer(m, hone::zero<2>(c, o), std::move(k));
+  BOOST_TEST(t.master_weights_sharded() == shard);
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < 12; ++s) {
+    const auto mb = zero_batches(sc, s, c.rank(), c.size(), 1);
+    (void)t.step(std::span<const mlp_batch>(mb));
+    out.push_back(model_weights(m));
+    out.push_back(hd::gather_master_weights(t));
+  }
+  return out;
 }
 }  // namespace
 
@@ -116,5 +140,28 @@ BOOST_AUTO_TEST_CASE(sharded_master_weights_give_the_bits_of_whole_ones) {  // (
     for (std::size_t s = 0; s < a.size(); ++s) {
       BOOST_TEST(same_bits(a[s].master, b[s].master), "zero<" << stage << "> step " << s);
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(weight_constraints_over_sharded_master_weights) {  // (f)
+  auto c = make_comm();
+  const hone::compress::magnitude_pruning prune(
+      {.schedule = {.initial = 0.2, .target = 0.6, .begin_step = 2, .every = 2, .prunings = 3}});
+  const hone::compress::fake_quant_training qat{};
+  const auto p1 = constrained_run(c, true, prune), p0 = constrained_run(c, false, prune);
+  const auto q1 = constrained_run(c, true, qat), q0 = constrained_run(c, false, qat);
+  for (std::size_t i = 0; i < p1.size(); ++i) {
+    BOOST_TEST(same_bits(p1[i], p0[i]), "pruning, record " << i);
+    BOOST_TEST(same_bits(q1[i], q0[i]), "fake quantization, record " << i);
+  }
+  // every rank's model holds the same fake-quantized weights
+  std::vector<double> mine;
+  for (const auto& v : q1) mine.insert(mine.end(), v.begin(), v.end());
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(c.size()));
+  c.all_gather(std::span<const double>(mine), std::span<double>(all)).wait();
+  for (int q = 1; q < c.size(); ++q) {
+    BOOST_TEST(std::memcmp(all.data() + mine.size() * static_cast<std::size_t>(q), all.data(),
+                           mine.size() * sizeof(double)) == 0,
+               "rank " << q);
   }
 }

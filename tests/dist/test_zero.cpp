@@ -23,8 +23,8 @@
 //  - sharded master weights (the fp16 model's fp32 master weights, zero_options::
 //    shard_master_weights, which every case above runs on too): each rank holds its shard's size,
 //    with the bits of whole master weights (master and model weights, both stages, 1-3 ranks);
-//    broadcast_weights reaches them; early stopping's kept best weights and magnitude pruning
-//    refuse them with a sentence (and run with shard_master_weights = false).
+//    broadcast_weights reaches them (the roles that read or change whole master weights over
+//    sharded ones: test_zero_constraints).
 #define BOOST_TEST_MODULE hone_dist_zero
 #include <boost/test/unit_test.hpp>
 
@@ -33,7 +33,6 @@
 #include <cmath>
 #include <filesystem>
 #include <hone/checkpoint/trainer_checkpoint.hpp>
-#include <hone/compress/prune.hpp>
 #include <hone/dist.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/trainer.hpp>
@@ -561,35 +560,4 @@ BOOST_AUTO_TEST_CASE(broadcast_weights_reaches_sharded_master_weights) {
     }
     BOOST_TEST(same_bits(master, want));
   }
-}
-
-BOOST_AUTO_TEST_CASE(roles_that_need_whole_master_weights_refuse_sharded_ones) {
-  hd::local_comm c;
-  mlp<hone::half> m;
-  BOOST_CHECK_EXCEPTION((hone::trainer(m, hone::fp16_mixed<>{}, hone::zero<1>(c),
-                                       hone::early_stopping_policy{.keep_best_weights = true})),
-                        hone::config_error, [](const hone::config_error& e) {
-                          return std::string(e.what()).find("shard_master_weights = false") !=
-                                 std::string::npos;
-                        });
-  // With the whole master weights kept the same trainer is built.
-  hone::trainer kept(m, hone::fp16_mixed<>{}, hone::zero<1>(c, {.shard_master_weights = false}),
-                     hone::early_stopping_policy{.keep_best_weights = true});
-  BOOST_TEST(!kept.master_weights_sharded());
-  // Magnitude pruning masks the whole master weights after each update: refused when the trainer
-  // is built (its attach hook), before any step.
-  const auto prune_step = [&](bool shard) {
-    mlp<hone::half> pm;
-    hone::trainer t(pm, hone::fp16_mixed<>{.scaler = {.init_scale = 1.0f}},
-                    hone::zero<2>(c, {.shard_master_weights = shard}),
-                    hone::compress::magnitude_pruning{});
-    (void)t.step(scenario_batch(scenario{}, 0, 0));
-    return t.steps_done();
-  };
-  BOOST_CHECK_EXCEPTION(
-      (void)prune_step(true), hone::config_error, [](const hone::config_error& e) {
-        return std::string(e.what()).find("magnitude_pruning") != std::string::npos &&
-               std::string(e.what()).find("shard_master_weights = false") != std::string::npos;
-      });
-  BOOST_TEST(prune_step(false) == 1u);
 }

@@ -189,7 +189,7 @@ std::filesystem::path save_sharded(Trainer& t, Comm& comm, const std::filesystem
   const dist::shard_range cut = dist::shard_of(layout.total(), rank, ranks);
   // hone::zero with sharded master weights: the ranks' shards gathered (collective) for the
   // weights file that rank 0 writes; 4 bytes per parameter on every rank while the save runs
-  const std::vector<float> gathered = detail::gathered_master(t);
+  const detail::gathered_weights gathered = detail::gather_sharded(t);
   const bool compressed = o.compression.has_value();
   const write_options wo{.compression = o.compression, .sync = o.sync};
 

@@ -37,7 +37,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <span>
@@ -263,26 +265,56 @@ inline void check_sharded_shape(const sharded_reader& r, const std::string& tens
 }  // namespace detail
 
 namespace detail {
+/// What a hone::zero trainer with sharded master weights holds only a shard of, gathered whole
+/// for a checkpoint (empty otherwise: capture reads the trainer's own arrays).
+struct gathered_weights {
+  std::vector<float> master;  // the fp32 master weights
+  std::vector<float> best;    // early stopping's kept best weights (when it has a snapshot)
+};
+
 template <class Trainer>
 void capture_with(Trainer& t, snapshot& s, const training_state& extra,
-                  const trainer_save_options& o, std::span<const float> gathered);
-
-/// The whole fp32 master weights of a hone::zero trainer whose master weights are sharded (every
-/// rank's shard all-gathered: collective), else empty (capture reads master_weights()).
-template <class Trainer>
-std::vector<float> gathered_master(Trainer& t) {
-  if constexpr (sharded_trainer_v<Trainer>) {
-    if (t.master_weights_sharded()) return dist::gather_master_weights(t);
-  }
-  (void)t;
-  return {};
-}
+                  const trainer_save_options& o, const gathered_weights& gathered);
 
 /// Whether a trainer has the early-stopping role (Trainer::stops_early).
 template <class Trainer>
 inline constexpr bool early_stopping_trainer_v = requires {
   requires static_cast<bool>(Trainer::stops_early);
 };
+
+/// The whole master weights (and kept best weights) of a hone::zero trainer whose master weights
+/// are sharded, every rank's shard all-gathered (collective: every rank calls it; every rank must
+/// hold a best-weights snapshot or none), else nothing.
+template <class Trainer>
+gathered_weights gather_sharded(Trainer& t) {
+  gathered_weights g;
+  if constexpr (sharded_trainer_v<Trainer>) {
+    if (t.master_weights_sharded()) {
+      g.master = dist::gather_master_weights(t);
+      if constexpr (early_stopping_trainer_v<Trainer>) {
+        const auto& keeper = t.early_stopper().keeper();
+        if (t.early_stopper().keeps_best_weights() && keeper.has_snapshot()) {
+          const auto bytes = keeper.snapshot_bytes();  // this rank's shard of the best weights
+          std::vector<float> mine(bytes.size() / sizeof(float));
+          std::memcpy(mine.data(), bytes.data(), mine.size() * sizeof(float));
+          g.best.assign(t.layout().total(), 0.0f);
+          t.gradient_reduction().gather(std::span<const float>(mine), std::span<float>(g.best));
+        }
+      }
+    }
+  }
+  (void)t;
+  return g;
+}
+
+/// capture_early_stopping with the best weights' bytes given (`weights`: whether they are saved).
+inline void capture_early_stopping_bytes(const early_stopping& es, snapshot& s, bool weights,
+                                         std::span<const std::byte> best);
+/// restore_early_stopping into a keeper of bytes [offset, offset + keeper->bytes()) of the saved
+/// best weights, which hold `whole` bytes (a hone::zero rank's shard of them).
+inline void restore_early_stopping_slice(early_stopping& es, const std::filesystem::path& dir,
+                                         const training_state& st, best_weights_keeper* keeper,
+                                         std::size_t offset, std::size_t whole);
 }  // namespace detail
 
 // Early stopping's state in a checkpoint (defined below; capture() and restore() call them for a
@@ -308,7 +340,7 @@ void capture(Trainer& t, snapshot& s, const training_state& extra = {},
     options.shapes = &own_shapes;
   }
   // hone::zero with sharded master weights: the ranks' shards gathered (collective)
-  const std::vector<float> whole = detail::gathered_master(t);
+  const detail::gathered_weights whole = detail::gather_sharded(t);
   detail::capture_with(t, s, extra, options, whole);
 }
 
@@ -316,7 +348,7 @@ namespace detail {
 /// capture() with the tensor shapes already decided (o.shapes, or 1-D).
 template <class Trainer>
 void capture_with(Trainer& t, snapshot& s, const training_state& extra,
-                  const trainer_save_options& o, std::span<const float> gathered) {
+                  const trainer_save_options& o, const gathered_weights& gathered) {
   using working = typename Trainer::working_type;
   const bool full = o.content == content_policy::full;
   const io::dtype wdt = o.export_weights ? o.weights_dtype
@@ -335,10 +367,10 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
   if constexpr (sharded_trainer_v<Trainer>) {
     sharded_master = t.master_weights_sharded();
     if (sharded_master) {
-      HONE_REQUIRE(gathered.size() == layout.total(),
+      HONE_REQUIRE(gathered.master.size() == layout.total(),
                    "hone::checkpoint::capture: internal error: the sharded master weights were "
                    "not gathered");
-      add_weights(gathered);
+      add_weights(std::span<const float>(gathered.master));
     }
   }
   if (!sharded_master) add_weights(t.master_weights());
@@ -370,7 +402,15 @@ void capture_with(Trainer& t, snapshot& s, const training_state& extra,
   s.state.schedule = std::move(sched);
   if constexpr (early_stopping_trainer_v<Trainer>) {  // the early-stopping role's state
     auto& es = t.early_stopper();
-    capture_early_stopping(es.monitor(), s, es.keeps_best_weights() ? &es.keeper() : nullptr);
+    const bool weights = es.keeps_best_weights() && es.keeper().has_snapshot();
+    if (sharded_master && weights) {  // every rank's shard of the best weights, gathered
+      capture_early_stopping_bytes(es.monitor(), s, true,
+                                   std::as_bytes(std::span<const float>(gathered.best)));
+    } else {
+      capture_early_stopping_bytes(
+          es.monitor(), s, weights,
+          weights ? es.keeper().snapshot_bytes() : std::span<const std::byte>());
+    }
   }
 }
 }  // namespace detail
@@ -417,8 +457,17 @@ training_state restore(Trainer& t, const std::filesystem::path& dir,
   if constexpr (detail::early_stopping_trainer_v<Trainer>) {  // checked before loading weights
     auto& es = t.early_stopper();
     if (f.state.early_stopping.is_object()) {
-      restore_early_stopping(es.monitor(), dir, f.state,
-                             es.keeps_best_weights() ? &es.keeper() : nullptr);
+      // hone::zero with sharded master weights: the keeper holds this rank's shard of them
+      std::size_t offset = 0, whole = es.keeper().bytes();
+      if constexpr (detail::sharded_trainer_v<Trainer>) {
+        if (t.master_weights_sharded()) {
+          offset = t.master_weights_offset() * sizeof(float);
+          whole = layout.total() * sizeof(float);
+        }
+      }
+      detail::restore_early_stopping_slice(es.monitor(), dir, f.state,
+                                           es.keeps_best_weights() ? &es.keeper() : nullptr, offset,
+                                           whole);
     } else {  // saved without early stopping: it starts afresh
       es.monitor().reset();
       es.keeper().discard();
@@ -541,8 +590,14 @@ inline std::optional<std::uint64_t> es_parse_optional(const io::json::value& v) 
 /// the best weights to best.safetensors. Call it after capture() (which sets the state).
 inline void capture_early_stopping(const early_stopping& es, snapshot& s,
                                    const best_weights_keeper* keeper) {
-  const early_stopping_state st = es.state();
   const bool weights = keeper != nullptr && keeper->has_snapshot();
+  detail::capture_early_stopping_bytes(
+      es, s, weights, weights ? keeper->snapshot_bytes() : std::span<const std::byte>());
+}
+
+inline void detail::capture_early_stopping_bytes(const early_stopping& es, snapshot& s,
+                                                 bool weights, std::span<const std::byte> best) {
+  const early_stopping_state st = es.state();
   io::json::value o = io::json::value::object();
   o.set("mode", es.options().mode == monitor_mode::min ? "min" : "max");
   o.set("patience", es.options().patience);
@@ -558,9 +613,8 @@ inline void capture_early_stopping(const early_stopping& es, snapshot& s,
   o.set("reason", to_string(st.reason));
   o.set("best_weights", weights);
   if (weights) {
-    const auto b = keeper->snapshot_bytes();
-    s.add_bytes(early_stopping_best_file, "best_weights", io::dtype::u8, io::dtype::u8, {b.size()},
-                b);
+    s.add_bytes(early_stopping_best_file, "best_weights", io::dtype::u8, io::dtype::u8,
+                {best.size()}, best);
   }
   s.state.early_stopping = std::move(o);
 }
@@ -571,6 +625,15 @@ inline void capture_early_stopping(const early_stopping& es, snapshot& s,
 /// when the best weights were saved but `keeper` tracks arrays of another size.
 inline void restore_early_stopping(early_stopping& es, const std::filesystem::path& dir,
                                    const training_state& st, best_weights_keeper* keeper) {
+  detail::restore_early_stopping_slice(es, dir, st, keeper, 0,
+                                       keeper != nullptr ? keeper->bytes() : 0);
+}
+
+inline void detail::restore_early_stopping_slice(early_stopping& es,
+                                                 const std::filesystem::path& dir,
+                                                 const training_state& st,
+                                                 best_weights_keeper* keeper, std::size_t offset,
+                                                 std::size_t whole) {
   const std::string where = "hone: checkpoint '" + dir.string() + "': ";
   if (!st.early_stopping.is_object()) {
     throw checkpoint_error(where +
@@ -615,14 +678,17 @@ inline void restore_early_stopping(early_stopping& es, const std::filesystem::pa
   }
   const tensor_file f = tensor_file::open(dir / early_stopping_best_file);
   const tensor_info& t = f.at("best_weights");
-  if (t.type != io::dtype::u8 || t.size_bytes() != keeper->bytes()) {
+  if (t.type != io::dtype::u8 || t.size_bytes() != whole) {
     throw checkpoint_error(where + "the saved best weights have " + std::to_string(t.size_bytes()) +
-                           " bytes, the keeper tracks " + std::to_string(keeper->bytes()) +
+                           " bytes, the keeper tracks " + std::to_string(whole) +
                            "; track the same arrays as the run that saved them");
   }
+  HONE_REQUIRE(offset <= whole && keeper->bytes() <= whole - offset,
+               "hone::checkpoint::restore: internal error: the keeper's shard of the best weights "
+               "lies outside them");
   std::vector<std::byte> bytes(static_cast<std::size_t>(t.size_bytes()));
   f.read(t, bytes);
-  keeper->restore_snapshot(bytes);
+  keeper->restore_snapshot(std::span<const std::byte>(bytes).subspan(offset, keeper->bytes()));
 }
 
 }  // namespace checkpoint

@@ -27,8 +27,10 @@
 // from the updated master weights, then it zeroes the pruned master weights (and publishes them to
 // the model's working weights when those are a separate copy, e.g. bf16_mixed), so a pruned weight
 // is exactly zero in the model after every step, whatever the optimizer's moments say. Host
-// trainers only (the CUDA trainer's master weights are device memory). Its masks travel in
-// checkpoints through hone/compress/prune_checkpoint.hpp.
+// trainers only (the CUDA trainer's master weights are device memory). With hone::zero's sharded
+// master weights the same weights are pruned as with whole ones (the pruning steps rank the
+// gathered weights; each rank masks its shard). Its masks travel in checkpoints through
+// hone/compress/prune_checkpoint.hpp.
 #pragma once
 
 #include <oneapi/tbb/blocked_range.h>
@@ -150,9 +152,20 @@ class mask_arena {
                      std::to_string(weights.size()) + " elements but the mask covers " +
                      std::to_string(keep_.size()) +
                      "; pass the trainer's master weights (the arena the mask was built on).");
-    const std::uint8_t* k = keep_.data();
+    apply(weights, 0);
+  }
+  /// The same for the arena elements [offset, offset + weights.size()) only, held by `weights`
+  /// (a hone::zero rank's shard of the master weights: trainer::master_weights() at
+  /// trainer::master_weights_offset()).
+  void apply(std::span<float> weights, std::size_t offset) const {
+    HONE_REQUIRE(offset <= keep_.size() && weights.size() <= keep_.size() - offset,
+                 "hone::compress::mask_arena::apply: elements [" + std::to_string(offset) + ", " +
+                     std::to_string(offset + weights.size()) +
+                     ") lie outside the mask's arena of " + std::to_string(keep_.size()) +
+                     "; pass the trainer's master weights and master_weights_offset().");
+    const std::uint8_t* k = keep_.data() + offset;
     float* w = weights.data();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, keep_.size(), std::size_t{1} << 16),
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, weights.size(), std::size_t{1} << 16),
                       [k, w](const tbb::blocked_range<std::size_t>& r) {
                         for (std::size_t j = r.begin(); j != r.end(); ++j) {
                           w[j] = k[j] != 0 ? w[j] : 0.0f;
@@ -258,17 +271,10 @@ class magnitude_pruning {
                  "or leave the default (every tensor but biases and norms).");
   }
 
-  /// Called by the trainer when it is built: refuses sharded master weights (hone::zero with
-  /// zero_options::shard_master_weights), which the masks cannot cover.
-  template <class Trainer>
-  void attach(Trainer& t) {
-    HONE_REQUIRE(!t.master_weights_sharded(),
-                 "hone::compress::magnitude_pruning: the masks cover the whole master weights, but "
-                 "this hone::zero trainer holds only its shard of them. Build the role with "
-                 "hone::zero_options{.shard_master_weights = false}.");
-  }
-
-  /// Called by the trainer after every applied update.
+  /// Called by the trainer after every applied update. With sharded master weights (hone::zero,
+  /// trainer::master_weights_sharded()) a pruning step ranks the whole master weights, gathered
+  /// from every rank (collective; 4 bytes per parameter while it ranks them), so every rank
+  /// prunes the same weights; the masks stay whole on every rank and each rank zeroes its shard.
   template <class Trainer>
   void after_update(Trainer& t) {
     auto master = t.master_weights();
@@ -279,10 +285,16 @@ class magnitude_pruning {
     const std::uint64_t step = t.steps_done();
     const double s = o_.schedule.at(step);
     if (s > level_) {  // a pruning step (the schedule is constant between them)
-      magnitude_prune(master, masks_, s, o_.scope);
+      if (t.master_weights_sharded()) {
+        std::vector<float> whole(t.layout().total());
+        t.gather_master_weights(whole);
+        magnitude_prune(whole, masks_, s, o_.scope);
+      } else {
+        magnitude_prune(master, masks_, s, o_.scope);
+      }
       level_ = s;
     }
-    masks_.apply(master);
+    masks_.apply(master, t.master_weights_offset());
     if (!t.zero_copy()) t.publish_weights();
   }
 

@@ -55,7 +55,8 @@ void capture_pruning(Trainer& t, checkpoint::snapshot& s) {
 }
 
 /// Restores the masks and level saved by capture_pruning from checkpoint directory `dir`, and
-/// zeroes the pruned master weights (publishing them to the model). Throws hone::checkpoint_error
+/// zeroes the pruned master weights (publishing them to the model: collective with hone::zero's
+/// sharded master weights, so every rank calls it). Throws hone::checkpoint_error
 /// when the file is missing or does not match the trainer's prunable tensors (naming the tensor).
 template <class Trainer>
 void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
@@ -97,7 +98,7 @@ void restore_pruning(Trainer& t, const std::filesystem::path& dir) {
                            "' is not a sparsity in [0, 1].");
   }
   p.restore(std::move(m), level);
-  p.masks().apply(t.master_weights());
+  p.masks().apply(t.master_weights(), t.master_weights_offset());
   if (!t.zero_copy()) t.publish_weights();
 }
 

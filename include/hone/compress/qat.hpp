@@ -26,6 +26,11 @@
 // fp32 weights QAT must keep: give the trainer a model whose tensors are not laid out as its
 // arena, or train in bf16_mixed / fp16_mixed); checked with a sentence.
 //
+// hone::zero with sharded master weights (each rank holds a shard, trainer::
+// master_weights_sharded()): the same scales and working weights, from one all_reduce (max) of
+// the ranges each rank finds in its shard and the trainer's gather of the fake-quantized shards
+// (see apply_sharded); every rank calls apply.
+//
 // CUDA trainers (a model in cuda_space): the same policy runs on the GPU, on the trainer's stream,
 // with no host synchronization (hone/compress/cuda/qat.cuh, which this header includes itself
 // when nvcc compiles it): the same scales, codes and bits as the host. A master weight that is
@@ -147,13 +152,6 @@ class fake_quant_training {
                  "one, or leave the default (every tensor but biases and norms).");
   }
 
-  /// Called by the trainer when it is built: refuses sharded master weights (hone::zero with
-  /// zero_options::shard_master_weights), whose whole tensors no rank holds.
-  template <class Trainer>
-  void attach(Trainer& t) {
-    refuse_sharded(t);
-  }
-
   /// Called by the trainer after every applied update: from begin_step on, the model's weights
   /// become the fake-quantized master weights.
   template <class Trainer>
@@ -180,9 +178,11 @@ class fake_quant_training {
                  "arena), so fake quantization would overwrite the fp32 weights that QAT keeps. "
                  "Give the trainer a model whose tensors are separate buffers, or train in "
                  "bf16_mixed or fp16_mixed.");
-    refuse_sharded(t);
     if (!bound_) bind<!on_host>(t);
     if constexpr (on_host) {
+      if constexpr (requires { t.gradient_reduction().all_reduce_max(std::span<float>(), ""); }) {
+        if (t.master_weights_sharded()) return apply_sharded(t, master);
+      }
       for (const auto& x : targets_) {
         const std::span<const float> w(master.data() + x.offset, x.rows * x.cols);
         buffer_.resize(w.size());  // grows to the largest tensor once, then reused every step
@@ -231,15 +231,75 @@ class fake_quant_training {
   fake_quant_training& operator=(fake_quant_training&&) noexcept = default;
 
  private:
-  template <class Trainer>
-  static void refuse_sharded(const Trainer& t) {
-    HONE_REQUIRE(!t.master_weights_sharded(),
-                 "hone::compress::fake_quant_training: fake quantization reads whole tensors of "
-                 "the master weights, but this hone::zero trainer holds only its shard of them. "
-                 "Build the role with hone::zero_options{.shard_master_weights = false}.");
+  using target = detail::fake_quant_target;
+
+  /// f(target, row, first, end) for each row piece of the targets within arena elements [lo, hi):
+  /// row `row` of targets_[target], its arena elements [first, end).
+  template <class F>
+  void for_row_pieces(std::size_t lo, std::size_t hi, F&& f) const {
+    for (std::size_t i = 0; i < targets_.size(); ++i) {
+      const target& x = targets_[i];
+      const std::size_t a = std::max(lo, x.offset), b = std::min(hi, x.offset + x.rows * x.cols);
+      for (std::size_t j = a; j < b;) {
+        const std::size_t row = (j - x.offset) / x.cols;
+        const std::size_t end = std::min(b, x.offset + (row + 1) * x.cols);
+        f(i, row, j, end);
+        j = end;
+      }
+    }
   }
 
-  using target = detail::fake_quant_target;
+  /// hone::zero with sharded master weights: each rank holds arena elements [lo, lo +
+  /// master.size()) of the master weights. Each computes max |w| of the row pieces (or tensor
+  /// pieces) in its shard; one all_reduce (max) over the ranks gives every rank the ranges of
+  /// whole rows and tensors, so the scales and codes are those of fake_quantize on whole tensors
+  /// (a maximum has the same bits in any order). Each rank fake-quantizes its shard into a copy,
+  /// and the copies are gathered into the model's weights (trainer::publish_weights(values)),
+  /// the master weights untouched. One more slot of the all_reduce carries a non-finite weight:
+  /// the index + 1 of a tensor holding one, so every rank throws the same error.
+  template <class Trainer>
+  void apply_sharded(Trainer& t, std::span<float> master) {
+    const std::size_t lo = t.master_weights_offset(), hi = lo + master.size();
+    const bool per_channel = o_.granularity == quant_granularity::per_channel;
+    first_.resize(targets_.size());
+    std::size_t slots = 0;
+    for (std::size_t i = 0; i < targets_.size(); ++i) {
+      first_[i] = slots;
+      slots += per_channel ? targets_[i].rows : 1;
+    }
+    ranges_.assign(slots + 1, 0.0f);
+    const auto slot = [&](std::size_t i, std::size_t row) {
+      return first_[i] + (per_channel ? row : 0);
+    };
+    for_row_pieces(lo, hi, [&](std::size_t i, std::size_t row, std::size_t a, std::size_t b) {
+      const std::span<const float> piece(master.data() + (a - lo), b - a);
+      for (const float v : piece) {
+        if (!std::isfinite(v) && ranges_[slots] == 0.0f) {
+          ranges_[slots] = static_cast<float>(i + 1);
+        }
+      }
+      float& m = ranges_[slot(i, row)];
+      m = std::max(m, detail::abs_max(piece));
+    });
+    t.gradient_reduction().all_reduce_max(
+        std::span<float>(ranges_), "the all_reduce (max) of fake quantization's weight ranges");
+    if (ranges_[slots] != 0.0f) {
+      const auto bad = static_cast<std::size_t>(ranges_[slots]) - 1;
+      HONE_REQUIRE(false, "hone::compress::fake_quant_training: a master weight of tensor '" +
+                              targets_[bad].name + "' is NaN or infinite after step " +
+                              std::to_string(t.steps_done()) +
+                              " (found in a rank's shard); int8 quantization needs finite "
+                              "values (the training diverged).");
+    }
+    buffer_.assign(master.begin(), master.end());
+    for_row_pieces(lo, hi, [&](std::size_t i, std::size_t row, std::size_t a, std::size_t b) {
+      const float sc = ranges_[slot(i, row)] / 127.0f;
+      for (std::size_t j = a; j < b; ++j) {
+        buffer_[j - lo] = static_cast<float>(detail::quantize_symmetric(master[j - lo], sc)) * sc;
+      }
+    });
+    t.publish_weights(std::span<const float>(buffer_));
+  }
 
   template <class T>
   static void write_as(void* dst, std::span<const float> v) {
@@ -286,7 +346,10 @@ class fake_quant_training {
   std::vector<target> targets_;
   std::shared_ptr<detail::fake_quant_device> device_;  // CUDA trainers
   bool bound_ = false;
-  std::vector<float> buffer_;  // one tensor's fake-quantized values before the cast
+  std::vector<float> buffer_;       // one tensor's fake-quantized values before the cast (sharded:
+                                    // the shard's)
+  std::vector<std::size_t> first_;  // sharded: each target's first slot in ranges_
+  std::vector<float> ranges_;       // sharded: max |w| per channel (or tensor), then a flag
 };
 
 }  // namespace compress

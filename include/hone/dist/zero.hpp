@@ -229,6 +229,14 @@ class zero_redundancy {
     return s;
   }
 
+  /// The element-wise maximum over the ranks of `values` (in place, one all_reduce; a maximum
+  /// has the same bits in any order). For the weight constraints that agree on values each rank
+  /// computes from its shard of the master weights (fake quantization's channel ranges); `what`
+  /// names the collective in a failure's message.
+  void all_reduce_max(std::span<float> values, const char* what) {
+    run(what, steps_, 0, [&] { return comm_->all_reduce(values, dist::reduce_op::max); });
+  }
+
   /// All-gathers the ranks' shards of `master` (every rank's full fp32 master weights), in
   /// windows, after this rank updated its own shard.
   void gather(std::span<float> master) {
@@ -390,18 +398,8 @@ namespace dist {
 /// per parameter while it lives.
 template <class Trainer>
 [[nodiscard]] std::vector<float> gather_master_weights(Trainer& t) {
-  const auto mine = t.master_weights();
-  static_assert(std::is_same_v<std::remove_cv_t<decltype(mine)>, std::span<float>>,
-                "hone::dist::gather_master_weights: the trainer's master weights are not host "
-                "memory (a CUDA model); copy them from the device instead.");
   std::vector<float> whole(t.layout().total(), 0.0f);
-  if constexpr (requires { t.gradient_reduction().shard(std::size_t{}); }) {
-    if (t.master_weights_sharded()) {
-      t.gradient_reduction().gather(std::span<const float>(mine), std::span<float>(whole));
-      return whole;
-    }
-  }
-  std::copy(mine.begin(), mine.end(), whole.begin());
+  t.gather_master_weights(std::span<float>(whole));  // trainer::gather_master_weights
   return whole;
 }
 }  // namespace dist

@@ -468,7 +468,10 @@ struct early_stopping_policy {
   early_stopping_options options{};
   /// Keep a host copy of the fp32 master weights of the best check (as much host memory as the
   /// master weights), for trainer::restore_best_weights() and the checkpoints' best.safetensors.
-  /// Needs host master weights: a host model, or a CUDA model with the offload role.
+  /// Needs host master weights: a host model, or a CUDA model with the offload role. With
+  /// hone::zero's sharded master weights each rank keeps the copy of its shard; every rank must
+  /// then observe the same metric (as for any data-parallel stop decision), so that they keep
+  /// the same step's weights.
   bool keep_best_weights = false;
 };
 
@@ -488,11 +491,8 @@ class early_stopping_engine {
   void bind(Trainer& t) {
     if (!keep_) return;
     if constexpr (std::is_same_v<decltype(t.master_weights()), std::span<float>>) {
-      HONE_REQUIRE(!t.master_weights_sharded(),
-                   "hone::early_stopping_policy: keep_best_weights keeps a copy of the whole "
-                   "master weights, but this hone::zero trainer holds only its shard of them. "
-                   "Build the role with hone::zero_options{.shard_master_weights = false}, or set "
-                   "keep_best_weights = false.");
+      // hone::zero with sharded master weights: this rank's shard (each rank keeps the best
+      // weights of its own shard; restore_best gathers them into the model)
       keeper_.track(t.master_weights());
     } else {
       HONE_REQUIRE(
@@ -515,7 +515,8 @@ class early_stopping_engine {
   }
 
   /// Copies the best weights back into the trainer's master weights and publishes them into the
-  /// model. Throws hone::config_error when the weights are not kept, or there is no best yet.
+  /// model (collective with hone::zero's sharded master weights: every rank calls it). Throws
+  /// hone::config_error when the weights are not kept, or there is no best yet.
   template <class Trainer>
   void restore_best(Trainer& t) {
     HONE_REQUIRE(keep_,

@@ -221,14 +221,16 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
       // hone::zero: this rank's shard of the master weights with its shard of the state, then
       // every rank's shard all-gathered into the full master weights.
       // With sharded master weights (p.master is the shard) the shards are gathered straight
-      // into the model's working weights.
+      // into the model's working weights; after the weight constraint when there is one (the
+      // trainer gathers then, so the constraint's changes to the shard travel in the same
+      // gather).
       const auto sh = p.reduction.shard(p.size());
       if (p.state.layout().size() > 0) {
         const float* g = p.master_grad_data() + (Types::zero_stage == 1 ? sh.offset : 0);
         p.state.step(p.optimizer, args, p.master + (p.master_sharded ? 0 : sh.offset), g,
                      p.state_groups);
       }
-      publish_weights(p);
+      if (!(Types::constrained && p.master_sharded)) publish_weights(p);
       return;
     }
     if constexpr (direct_capable) {

@@ -218,7 +218,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
           backend_.apply_update(p_, args);
         }
         ++p_.step;
-        if constexpr (types::constrained) p_.constraint.after_update(*this);
+        if constexpr (types::constrained) constrain();
       } else if constexpr (offloaded) {
         // Nothing new to overlap with: a pending delayed update is published now.
         if (engine_.pending()) {
@@ -308,7 +308,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   [[nodiscard]] const auto& early_stopping() const noexcept requires stops_early {
     return stopper_.monitor();
   }
-  /// Copies the best check's weights back into the model (keep_best_weights only).
+  /// Copies the best check's weights back into the model (keep_best_weights only; collective
+  /// with sharded master weights, whose best weights each rank keeps for its shard).
   void restore_best_weights() requires stops_early { stopper_.restore_best(*this); }
   /// The early-stopping role's engine: its monitor and best-weights keeper, which checkpoints
   /// save and restore.
@@ -330,6 +331,34 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// zero_options::shard_master_weights, when they are not the model's own): master_weights() is
   /// the shard and publish_weights() is collective.
   [[nodiscard]] bool master_weights_sharded() const noexcept { return p_.master_sharded; }
+  /// The arena element of master_weights()[0]: this rank's shard offset with sharded master
+  /// weights, else 0.
+  [[nodiscard]] std::size_t master_weights_offset() const noexcept {
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) return p_.reduction.shard(p_.size()).offset;
+    }
+    return 0;
+  }
+  /// Copies the whole fp32 master weights (layout().total() floats, the padding included) into
+  /// `whole`: with sharded master weights every rank's shard all-gathered (collective: every rank
+  /// calls it), else a copy. Host master weights (a host model, or the offload role).
+  void gather_master_weights(std::span<float> whole) {
+    const auto mine = master_weights();
+    static_assert(std::is_same_v<std::remove_cv_t<decltype(mine)>, std::span<float>>,
+                  "hone::trainer::gather_master_weights: the trainer's master weights are not "
+                  "host memory (a CUDA model); copy them from the device instead.");
+    HONE_REQUIRE(whole.size() == p_.size(),
+                 "hone::trainer::gather_master_weights: the output holds " +
+                     std::to_string(whole.size()) + " floats, the trainer's arena " +
+                     std::to_string(p_.size()) + " (layout().total(), the padding included)");
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) {
+        p_.reduction.gather(std::span<const float>(mine), whole);
+        return;
+      }
+    }
+    std::copy(mine.begin(), mine.end(), whole.begin());
+  }
   /// Sets the master weights from `whole`, every rank's full fp32 weights in the arena's layout
   /// (layout().total() floats, the same on every rank), and casts them into the model's working
   /// weights. With sharded master weights this rank keeps its shard; not collective either way
@@ -374,10 +403,43 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       copy_work_to_model();
     } else {
       if constexpr (types::sharded) {
-        if (p_.master_sharded) return backend_.publish_weights(p_);
+        if (p_.master_sharded) {
+          published_ = true;
+          return backend_.publish_weights(p_);
+        }
       }
       if (!p_.zero_copy) backend_.for_each(p_.weights_out, cast_to_working<working_type>{});
     }
+  }
+  /// Casts `values` into the model's working weights in place of the master weights, which stay
+  /// as they are: `values` is laid out as master_weights() (this rank's shard with sharded master
+  /// weights, every rank's gathered into the model: collective; else the whole arena). The route
+  /// of a weight constraint whose model weights are not the master weights (fake quantization).
+  /// Host trainers whose working weights are a copy (not bound zero-copy), without the offload
+  /// role.
+  void publish_weights(std::span<const float> values) requires(
+      !offloaded && std::is_same_v<space_type, host_space>) {
+    constexpr const char* who = "hone::trainer::publish_weights(values)";
+    HONE_REQUIRE(!p_.zero_copy, std::string(who) +
+                                    ": the model's fp32 weights are the master weights (bound "
+                                    "zero-copy), so there are no separate working weights to "
+                                    "write; write the master weights instead.");
+    const std::size_t mine = master_weights().size();
+    HONE_REQUIRE(values.size() == mine,
+                 std::string(who) + ": " + std::to_string(values.size()) +
+                     " values given; they are laid out as master_weights(), which holds " +
+                     std::to_string(mine) + " floats on this rank.");
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) {
+        published_ = true;
+        p_.reduction.gather_into(p_.size(), values,
+                                 [&](std::size_t start, std::span<const float> v) {
+                                   backend_.cast_range(p_, start, v);
+                                 });
+        return;
+      }
+    }
+    backend_.cast_range(p_, 0, values);
   }
   /// Waits for the step's work: a delayed offload update is waited for and published into the
   /// model (before an evaluation, or at the end of training), and a CUDA stream is synchronized.
@@ -555,11 +617,27 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     if (!p_.work_out.empty()) backend_.for_each(p_.work_out, detail::copy_element{});
   }
 
+  /// The weight constraint after an applied update. With sharded master weights the backend's
+  /// update left the gather into the model to this point: the constraint runs on the updated
+  /// shard, then the shards are gathered once (unless the constraint published them itself).
+  void constrain() {
+    if constexpr (types::sharded) {
+      if (p_.master_sharded) {
+        published_ = false;
+        p_.constraint.after_update(*this);
+        if (!published_) backend_.publish_weights(p_);
+        return;
+      }
+    }
+    p_.constraint.after_update(*this);
+  }
+
   backend_type backend_;
   parts_type p_;
   offload_engine_type engine_;  // initialized from a prvalue (so not [[no_unique_address]])
   typename checkpoint_type::engine checkpoint_;
   [[no_unique_address]] early_stopper_type stopper_;
+  bool published_ = false;  // sharded master weights: published during the weight constraint
 };
 
 template <class Model, class... Policies>
