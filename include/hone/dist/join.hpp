@@ -77,7 +77,8 @@ void broadcast_weights(Trainer& trainer, Comm& comm, int root = 0) {
 struct join_report {
   /// Steps of the other ranks this rank took part in with zero gradients after it joined.
   std::uint64_t shadowed_steps = 0;
-  /// The rank whose trainer state every rank took at the end (data_parallel::last_joiner()).
+  /// The rank whose trainer state every rank took at the end (data_parallel::last_joiner());
+  /// -1 with hone::zero, where no state is taken (each rank kept its shard current).
   int state_from = 0;
 };
 
@@ -109,6 +110,8 @@ concept joinable_reduction = requires(R& r, std::span<float> g) {
 };
 template <class Trainer>
 join_report join_host(Trainer& trainer);
+template <class Trainer>
+join_report join_sharded(Trainer& trainer);
 }  // namespace detail
 
 /// For a rank that has run out of batches (uneven inputs, PyTorch DDP's Join): takes part in the
@@ -125,14 +128,25 @@ join_report join_host(Trainer& trainer);
 /// message (for mpi_comm: the ranks that have not started it), never a hang; the step stays
 /// pending (t.gradient_reduction().finish_pending(), then join again, or end the job). Host
 /// trainers whose gradient reduction is hone::data_parallel.
+///
+/// With hone::zero (zero_options::uneven_inputs on every rank) every rank owns a shard of the
+/// optimizer state, so a joined rank does not wait and take state: it runs the other ranks'
+/// remaining steps without micro-batches (trainer::join_step: the step's exchange,
+/// reduce-scatters of zeros, the norm, its shard's update, the gather, the weight constraint and
+/// the checkpoint role), so every rank ends with the state of one process accumulating the
+/// active ranks' batches step by step; state_from is -1. A failed collective throws dist_error
+/// naming the step; the job must then end.
 template <class Trainer>
 join_report join(Trainer& trainer) {
   using reduction = std::remove_cvref_t<decltype(trainer.gradient_reduction())>;
-  if constexpr (!detail::joinable_reduction<reduction>) {
+  if constexpr (requires { trainer.join_step(); }) {
+    return detail::join_sharded(trainer);
+  } else if constexpr (!detail::joinable_reduction<reduction>) {
     static_assert(detail::joinable_reduction<reduction>,
                   "hone::dist::join: the trainer's gradient reduction policy is not "
-                  "hone::data_parallel (it has no join_step and last_joiner). Build the trainer "
-                  "with hone::data_parallel(comm, {.uneven_inputs = true}).");
+                  "hone::data_parallel (it has no join_step and last_joiner) nor hone::zero. "
+                  "Build the trainer with hone::data_parallel(comm, {.uneven_inputs = true}) or "
+                  "hone::zero<1 or 2>(comm, {.uneven_inputs = true}).");
     return {};
   } else if constexpr (!std::is_same_v<decltype(trainer.master_weights()), std::span<float>>) {
     static_assert(std::is_same_v<decltype(trainer.master_weights()), std::span<float>>,
@@ -145,6 +159,19 @@ join_report join(Trainer& trainer) {
 }
 
 namespace detail {
+template <class Trainer>
+join_report join_sharded(Trainer& trainer) {
+  HONE_REQUIRE(trainer.gradient_reduction().options().uneven_inputs,
+               "hone::dist::join: a rank joined (it ran out of batches) but "
+               "zero_options::uneven_inputs is off, so the other ranks do not exchange the "
+               "still-active flags it answers and would wait for it. Set .uneven_inputs = true "
+               "in the hone::zero options of every rank");
+  join_report report;
+  report.state_from = -1;
+  while (trainer.join_step()) ++report.shadowed_steps;
+  return report;
+}
+
 template <class Trainer>
 join_report join_host(Trainer& trainer) {
   auto& dp = trainer.gradient_reduction();

@@ -53,21 +53,25 @@
 //
 // Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
 // (hone::adamw, hone::sgd); clipping by L2 norm or by value (another norm type is refused when the
-// trainer is built); no offload role; no uneven inputs (hone::dist::join needs
-// hone::data_parallel). Failure is never a hang: a collective that fails or times out throws
-// hone::dist_error naming the stage, the step, the window, the collective and the communicator's
-// own message; the job must then end (e.g. mpi_comm::abort()): the collectives are not resumed.
-// Checkpoints: hone::checkpoint::capture of a ZeRO trainer is collective (every rank calls it; the
-// state's shards are all-gathered into whole tensors and one rank writes them), and restore keeps
-// this rank's shard of the whole tensors: a checkpoint resumes on any number of ranks. With
-// sharded master weights capture also gathers them (collective for any content), and the roles
-// that read whole tensors of them (magnitude pruning, fake-quant training, early stopping's
-// keep_best_weights) refuse the trainer: set shard_master_weights = false for those.
+// trainer is built); no offload role; no weighting of the ranks by sample count. Uneven inputs
+// (options.uneven_inputs): a rank with no batch left calls hone::dist::join, which runs the
+// other ranks' steps without micro-batches (it owns a shard to update). Failure is never a hang: a
+// collective that fails or times out throws hone::dist_error naming the stage, the step, the
+// window, the collective and the communicator's own message; the job must then end (e.g.
+// mpi_comm::abort()): the collectives are not resumed. Checkpoints: hone::checkpoint::capture of a
+// ZeRO trainer is collective (every rank calls it; the state's shards are all-gathered into whole
+// tensors and one rank writes them), and restore keeps this rank's shard of the whole tensors: a
+// checkpoint resumes on any number of ranks. With sharded master weights capture also gathers them
+// (collective for any content). The roles that read or change whole master weights work over the
+// shards with the bits of whole ones: the step gathers the shards after the weight constraint
+// (magnitude pruning ranks gathered weights; fake-quant training agrees on channel ranges through
+// all_reduce_max), and early stopping keeps each rank's shard of the best weights.
 // hone::checkpoint::save_sharded (hone/checkpoint/sharded.hpp) instead has every rank write its
 // own shard under one MANIFEST. See docs/dist.md, "ZeRO".
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -98,11 +102,20 @@ struct zero_options {
   /// or fp32 tensors that are not one arena): each rank keeps 4/d bytes per parameter of them
   /// instead of 4 (DeepSpeed's stages 1 and 2 do the same), and the updated shards are
   /// all-gathered straight into the model's working weights. trainer::master_weights() is then
-  /// this rank's shard, and publishing them is collective. Set false for the roles that need
-  /// every rank's whole master weights: magnitude pruning, fake-quant training and early
-  /// stopping's keep_best_weights (they refuse sharded master weights with a config_error).
-  /// Without effect when the model's fp32 weights are the master weights (bound zero-copy).
+  /// this rank's shard, and publishing them is collective. Magnitude pruning, fake-quant
+  /// training and early stopping's keep_best_weights work over the shards (docs/dist.md,
+  /// "Sharded master weights"). Set false to keep the whole fp32 copy on every rank. Without
+  /// effect when the model's fp32 weights are the master weights (bound zero-copy).
   bool shard_master_weights = true;
+  /// Ranks may run out of batches at different steps (uneven inputs; PyTorch's Join, which
+  /// ZeroRedundancyOptimizer supports). Every step then begins with an exchange of each rank's
+  /// {has a batch, micro-batches} (one all_gather of two doubles); a rank with no batch left
+  /// calls hone::dist::join(trainer), which takes part in the other ranks' steps with zero
+  /// gradients and keeps updating its shard (each rank owns one) until every rank has joined.
+  /// `average` divides by the ranks that had a batch; zero<2> runs as many reduce-scatters on
+  /// every rank as the rank with the most micro-batches has (the others add zeros). Set it on
+  /// every rank.
+  bool uneven_inputs = false;
 };
 
 namespace dist {
@@ -214,6 +227,41 @@ class zero_redundancy {
     scatter_windows(elements, shard_gradients, fill, accumulate,
                     "the reduce_scatter of a micro-batch's gradients");
   }
+
+  /// Begins a step of `micro_batches` micro-batches on this rank (0: a rank that has joined).
+  /// With options().uneven_inputs every rank's {has a batch, micro-batches} is all-gathered (one
+  /// collective of two doubles) and the number of ranks with a batch is returned (0: every rank
+  /// has joined); it divides the gradients with `average`, and micro_batches() becomes the
+  /// largest count. Without it, returns size() and micro_batches() is this rank's count.
+  std::size_t begin_step(std::size_t micro_batches) {
+    active_ = static_cast<std::size_t>(comm_->size());
+    micro_ = micro_batches;
+    if (!options_.uneven_inputs) return active_;
+    const std::array<double, 2> mine{micro_batches > 0 ? 1.0 : 0.0,
+                                     static_cast<double>(micro_batches)};
+    flags_.assign(2 * static_cast<std::size_t>(comm_->size()), 0.0);
+    run(micro_batches > 0 ? "the all_gather of the still-active flags and micro-batch counts"
+                          : "the all_gather of the still-active flags and micro-batch counts "
+                            "(joined: this rank has no batch left and takes part with zero "
+                            "gradients)",
+        steps_ + 1, 0, [&] {
+          return comm_->all_gather(std::span<const double>(mine), std::span<double>(flags_));
+        });
+    active_ = 0;
+    micro_ = 0;
+    for (std::size_t r = 0; r < flags_.size(); r += 2) {
+      active_ += flags_[r] > 0.0 ? 1 : 0;
+      micro_ = std::max(micro_, static_cast<std::size_t>(flags_[r + 1]));
+    }
+    if (micro_batches == 0 && active_ > 0) ++shadowed_;
+    return active_;
+  }
+  /// The micro-batches of the step begun last (the most of any rank with uneven_inputs).
+  [[nodiscard]] std::size_t micro_batches() const noexcept { return micro_; }
+  /// The ranks that had a batch in the step begun last (size() without uneven_inputs).
+  [[nodiscard]] std::size_t active_ranks() const noexcept { return active_; }
+  /// Steps this rank has taken part in after joining (uneven_inputs), over its whole life.
+  [[nodiscard]] std::uint64_t shadowed_steps() const noexcept { return shadowed_; }
 
   /// The sum of every rank's `local` (one all_gather of one double), added in rank order: the
   /// same bits on every rank. The trainer calls it once per step, after the gradients are
@@ -335,7 +383,8 @@ class zero_redundancy {
     const auto d = static_cast<std::size_t>(comm_->size());
     const std::size_t b = window(d);
     prepare(d, b);
-    const float ranks = static_cast<float>(d);
+    // the divisor of `average`: every rank, or with uneven_inputs the ranks that had a batch
+    const float ranks = static_cast<float>(options_.uneven_inputs && active_ > 0 ? active_ : d);
     std::size_t k = 0;
     for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
       const std::size_t w = std::min(b, sh.stride - o);
@@ -380,7 +429,10 @@ class zero_redundancy {
   std::vector<float> staging_;  // size() windows, one per rank
   std::vector<float> recv_;     // one window
   std::vector<double> sums_;
+  std::vector<double> flags_;  // uneven_inputs: every rank's {has a batch, micro-batches}
   std::uint64_t steps_ = 0;
+  std::size_t active_ = 0, micro_ = 0;
+  std::uint64_t shadowed_ = 0;
 };
 
 /// hone::zero<1>(comm) or hone::zero<2>(comm): the ZeRO gradient reduction role (see the file

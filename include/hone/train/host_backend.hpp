@@ -120,13 +120,26 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   template <class Parts>
   void begin_step(Parts& p, std::size_t micro_batches) {
     sum_sq_ = 0.0;
+    scatters_ = 0;
     direct_ = allow_direct_ && micro_batches == 1 && direct_route(p);
+  }
+
+  /// A step without micro-batches (a rank that joined, hone::zero with uneven_inputs): zero<1>'s
+  /// master gradients become zeros before they are reduced (zero<2>'s reduce-scatters of zeros
+  /// are added by reduce_gradients).
+  template <class Parts>
+  void zero_gradients(Parts& p) {
+    if constexpr (Types::zero_stage == 1) {
+      const std::span<float> g = p.master_grad.all();
+      std::fill(g.begin(), g.end(), 0.0f);
+    }
   }
 
   template <class Parts>
   void accumulate(Parts& p, float factor, bool accumulate) {
     if constexpr (Types::zero_stage == 2) {
       // Each micro-batch's unscaled gradients are reduce-scattered into this rank's shard.
+      ++scatters_;
       p.reduction.scatter(
           p.size(), std::span<float>(p.master_grad_data(), p.master_grad.all().size()),
           [&](std::size_t start, std::span<float> dst) {
@@ -183,6 +196,16 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
       float* g = p.master_grad_data();
       const auto sh = p.reduction.shard(p.size());
       if constexpr (Types::zero_stage == 1) p.reduction.reduce(std::span<float>(g, p.size()));
+      if constexpr (Types::zero_stage == 2) {
+        // uneven_inputs: as many reduce-scatters as the rank with the most micro-batches, this
+        // rank's missing ones with zeros (a joined rank: all of them)
+        for (std::size_t k = scatters_; k < p.reduction.micro_batches(); ++k) {
+          p.reduction.scatter(
+              p.size(), std::span<float>(g, p.master_grad.all().size()),
+              [](std::size_t, std::span<float> dst) { std::fill(dst.begin(), dst.end(), 0.0f); },
+              /*accumulate=*/k > 0);
+        }
+      }
       const float* mine = Types::zero_stage == 1 ? g + sh.offset : g;
       const std::size_t n = Types::zero_stage == 1 ? sh.count : p.master_grad.all().size();
       const double local =
@@ -396,7 +419,8 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
   }
 
   double sum_sq_ = 0.0;
-  float factor_ = 1.0f;  // the direct route's unscale factor (weight / loss scale)
+  std::size_t scatters_ = 0;  // zero<2>: the micro-batches reduce-scattered this step
+  float factor_ = 1.0f;       // the direct route's unscale factor (weight / loss scale)
   bool direct_ = false;
   bool allow_direct_ = true;
   mutable bool master_grads_pending_ = false;

@@ -177,6 +177,11 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
     }
     backend_.begin_step(p_, micro_batches.size());
+    if constexpr (types::sharded) {
+      // hone::zero with uneven_inputs: the exchange of {has a batch, micro-batches} that begins a
+      // step on every rank (a joined rank's in join_step)
+      observe(step_phase::reduce, [&] { (void)p_.reduction.begin_step(micro_batches.size()); });
+    }
     double loss = 0.0;
     for (std::size_t i = 0; i < micro_batches.size(); ++i) {
       if constexpr (overlaps<Batch>) {
@@ -200,51 +205,34 @@ class trainer : public detail::trainer_types<Model, Policies...> {
               [&] { backend_.accumulate(p_, grad_weights[i] * inv_scale, /*accumulate=*/i > 0); });
     }
     r.loss = static_cast<float>(loss);
-    if constexpr (types::reduces) {
-      observe(step_phase::reduce, [&] { backend_.reduce_gradients(p_); });
-    }
-    const detail::step_check c =
-        observe(step_phase::check, [&] { return backend_.finish(p_, args); });
-    r.grad_norm = c.grad_norm;
-    r.skipped = c.skipped;
-    observe(step_phase::optimizer, [&] {
-      if (!r.skipped) {
-        if constexpr (offloaded) {
-          // Immediate: the updated weights are in the model when this returns. Delayed: the
-          // previous update is published and this one runs on the engine's thread.
-          engine_.step(args, p_.master_grad_data(), p_.device_params, p_.groups);
-          copy_work_to_model();
-        } else {
-          backend_.apply_update(p_, args);
-        }
-        ++p_.step;
-        if constexpr (types::constrained) constrain();
-      } else if constexpr (offloaded) {
-        // Nothing new to overlap with: a pending delayed update is published now.
-        if (engine_.pending()) {
-          engine_.flush(p_.device_params);
-          copy_work_to_model();
-        }
-      }
-    });
-    r.step = p_.step;
-    observe(step_phase::checkpoint, [&] { checkpoint_.after_step(*this, r); });
-    if constexpr (requires(const observer_type& o) {
-                    { o.last_step_ns(step_phase::optimizer) } -> std::convertible_to<double>;
-                    { o.last_step_ns() } -> std::convertible_to<double>;
-                  }) {
-      // The observer closed the step with the after_step checkpoint phase: its times are this
-      // step's.
-      for (std::size_t i = 0; i < step_phase_count; ++i) {
-        r.phase_ns[i] = p_.observer.last_step_ns(static_cast<step_phase>(i));
-      }
-      r.step_ns = p_.observer.last_step_ns();
-    }
-    return r;
+    return finish_step(r, args);
   }
   template <class Batch>
   step_report step(const Batch& batch) {
     return step(std::span<const Batch>(&batch, 1));
+  }
+
+  /// hone::dist::join's step for a rank with no batch left, with hone::zero and
+  /// zero_options::uneven_inputs: every rank owns a shard of the optimizer state, so a joined
+  /// rank keeps taking part in the other ranks' steps: the exchange that begins a step, the
+  /// reduce-scatters with zero gradients, the norm, this rank's shard's update and the gather.
+  /// Returns false, after the exchange only, once every rank has joined.
+  bool join_step() requires(types::sharded) {
+    if (observe(step_phase::reduce, [&] { return p_.reduction.begin_step(0); }) == 0) {
+      return false;
+    }
+    observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
+    step_report r;
+    r.loss_scale = p_.scaler.scale();
+    r.lr = static_cast<float>(p_.schedule.lr(p_.step));
+    optimizer_step_args args{.step = p_.step + 1, .lr = r.lr, .grad_scale = 1.0f, .momentum = {}};
+    if constexpr (momentum_schedule_policy<schedule_type>) {
+      if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
+    }
+    backend_.begin_step(p_, 0);
+    backend_.zero_gradients(p_);
+    (void)finish_step(r, args);
+    return true;
   }
 
   // ---- state, for checkpoints and inspection ----
@@ -615,6 +603,52 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// into the model's tensors.
   void copy_work_to_model() {
     if (!p_.work_out.empty()) backend_.for_each(p_.work_out, detail::copy_element{});
+  }
+
+  /// The part of a step after the micro-batches (a joined rank's join_step too): the gradient
+  /// reduction, the check, the update, the weight constraint and the checkpoint.
+  step_report finish_step(step_report& r, optimizer_step_args& args) {
+    if constexpr (types::reduces) {
+      observe(step_phase::reduce, [&] { backend_.reduce_gradients(p_); });
+    }
+    const detail::step_check c =
+        observe(step_phase::check, [&] { return backend_.finish(p_, args); });
+    r.grad_norm = c.grad_norm;
+    r.skipped = c.skipped;
+    observe(step_phase::optimizer, [&] {
+      if (!r.skipped) {
+        if constexpr (offloaded) {
+          // Immediate: the updated weights are in the model when this returns. Delayed: the
+          // previous update is published and this one runs on the engine's thread.
+          engine_.step(args, p_.master_grad_data(), p_.device_params, p_.groups);
+          copy_work_to_model();
+        } else {
+          backend_.apply_update(p_, args);
+        }
+        ++p_.step;
+        if constexpr (types::constrained) constrain();
+      } else if constexpr (offloaded) {
+        // Nothing new to overlap with: a pending delayed update is published now.
+        if (engine_.pending()) {
+          engine_.flush(p_.device_params);
+          copy_work_to_model();
+        }
+      }
+    });
+    r.step = p_.step;
+    observe(step_phase::checkpoint, [&] { checkpoint_.after_step(*this, r); });
+    if constexpr (requires(const observer_type& o) {
+                    { o.last_step_ns(step_phase::optimizer) } -> std::convertible_to<double>;
+                    { o.last_step_ns() } -> std::convertible_to<double>;
+                  }) {
+      // The observer closed the step with the after_step checkpoint phase: its times are this
+      // step's.
+      for (std::size_t i = 0; i < step_phase_count; ++i) {
+        r.phase_ns[i] = p_.observer.last_step_ns(static_cast<step_phase>(i));
+      }
+      r.step_ns = p_.observer.last_step_ns();
+    }
+    return r;
   }
 
   /// The weight constraint after an applied update. With sharded master weights the backend's
