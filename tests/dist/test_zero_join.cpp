@@ -10,12 +10,14 @@
 //  - an inf on an active rank skips the step on the joined rank too;
 //  - zero<2> with ranks of different micro-batch counts (the others add reduce-scatters of zeros)
 //    gives zero<1>'s weights;
+//  - a step observer sees each of a joined rank's steps as one step;
 //  - join without uneven_inputs is a config_error that says what to set.
 #define BOOST_TEST_MODULE hone_dist_zero_join
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
 #include <hone/dist.hpp>
+#include <hone/profile/phase_timer.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -195,4 +197,26 @@ BOOST_AUTO_TEST_CASE(join_without_uneven_inputs_is_refused_with_what_to_set) {
       (void)hone::dist::join(t), hone::config_error, [](const hone::config_error& e) {
         return std::string(e.what()).find(".uneven_inputs = true") != std::string::npos;
       });
+}
+
+BOOST_AUTO_TEST_CASE(a_step_observer_sees_each_joined_step_as_one_step) {
+  // Rank 0 trains 1 step and joins, rank 1 trains 3: both ranks' phase timers count 3 steps, each
+  // with the step's phases (the exchange before a joined step is not a phase of it).
+  const scenario sc{};
+  thread_group g(2);
+  std::vector<std::uint64_t> counted(2), optimizer_runs(2);
+  g.run([&](int r) {
+    thread_comm c(g, r);
+    mlp<hone::half> m;
+    auto t = scenario_trainer(m, hone::zero<2>(c, uneven()), hone::profile::phase_timer{});
+    for (int s = 0; s < (r == 0 ? 1 : 3); ++s) (void)t.step(scenario_batch(sc, s, r));
+    (void)hone::dist::join(t);
+    counted[static_cast<std::size_t>(r)] = t.observer().steps();
+    optimizer_runs[static_cast<std::size_t>(r)] =
+        t.observer().stats(hone::step_phase::optimizer).count;
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    BOOST_TEST(counted[r] == 3u, "rank " << r);
+    BOOST_TEST(optimizer_runs[r] == 3u, "rank " << r);
+  }
 }

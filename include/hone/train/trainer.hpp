@@ -218,9 +218,10 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// reduce-scatters with zero gradients, the norm, this rank's shard's update and the gather.
   /// Returns false, after the exchange only, once every rank has joined.
   bool join_step() requires(types::sharded) {
-    if (observe(step_phase::reduce, [&] { return p_.reduction.begin_step(0); }) == 0) {
-      return false;
-    }
+    // The exchange is not a phase: it precedes the step's first phase (the checkpoint role's
+    // before_step, which a step observer takes as the start of a step), and the last one begins
+    // no step at all.
+    if (p_.reduction.begin_step(0) == 0) return false;
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     step_report r;
     r.loss_scale = p_.scaler.scale();
