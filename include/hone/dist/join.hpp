@@ -1,8 +1,9 @@
 // hone/dist/join.hpp: hone::dist::broadcast_weights (every rank starts from the root's weights)
 // and hone::dist::join (uneven inputs: a rank with no batch left takes part in the other ranks'
 // steps with zero gradients, then every rank takes the state of a rank that trained to the end),
-// over hone::data_parallel. Included by hone/dist/data_parallel.hpp; see docs/dist.md, "Uneven
-// inputs (join)".
+// over hone::data_parallel; over hone::zero a joined rank runs the other ranks' steps without
+// micro-batches (trainer::join_step), updating its own shard. Included by
+// hone/dist/data_parallel.hpp and hone/dist.hpp; see docs/dist.md, "Uneven inputs (join)".
 #pragma once
 
 #include <algorithm>
