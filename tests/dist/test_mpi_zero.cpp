@@ -16,7 +16,7 @@
 //      by an all_reduce (max) over mpi_comm) give the model and master weights of whole ones.
 //  (g) uneven inputs (zero_options::uneven_inputs): rank r trains 2 + 2 r steps, then joins; after
 //      the join every rank holds the same bits, within 1e-6 of one process accumulating the
-//      active ranks' batches.
+//      active ranks' batches (zero<2>: rank r's batches of 8 + 5 r rows, weight_by_count).
 #define BOOST_TEST_MODULE hone_dist_mpi_zero
 #include <boost/test/unit_test.hpp>
 
@@ -171,12 +171,16 @@ BOOST_AUTO_TEST_CASE(weight_constraints_over_sharded_master_weights) {  // (f)
 
 BOOST_AUTO_TEST_CASE(uneven_inputs_join) {  // (g)
   auto c = make_comm();
-  const scenario sc{};
   std::vector<std::vector<int>> steps(1);
   for (int r = 0; r < c.size(); ++r) steps[0].push_back(2 + 2 * r);
-  hone::zero_options o = small_windows;
-  o.uneven_inputs = true;
   for (int stage : {1, 2}) {
+    scenario sc{};
+    hone::zero_options o = small_windows;
+    o.uneven_inputs = true;
+    if (stage == 2) {
+      sc.extra_rows_per_rank = 5;
+      sc.weight_by_count = o.weight_by_count = true;
+    }
     mlp<hone::half> m;
     std::vector<float> master;
     hone::dist::join_report rep;

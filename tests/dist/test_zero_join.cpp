@@ -8,6 +8,8 @@
 //    rank holds the same bits after each join; the shadowed steps are the epoch's longest minus
 //    the rank's own;
 //  - an inf on an active rank skips the step on the joined rank too;
+//  - weight_by_count: ranks of 8 + 5 r rows, with and without joins, match one process over every
+//    sample (and the mean of the ranks' means does not);
 //  - zero<2> with ranks of different micro-batch counts (the others add reduce-scatters of zeros)
 //    gives zero<1>'s weights;
 //  - a step observer sees each of a joined rank's steps as one step;
@@ -28,9 +30,10 @@
 
 namespace {
 
-hone::zero_options uneven() {
+hone::zero_options uneven(bool weight_by_count = false) {
   hone::zero_options o = small_windows;
   o.uneven_inputs = true;
+  o.weight_by_count = weight_by_count;
   return o;
 }
 
@@ -57,7 +60,7 @@ template <int Stage, class Comm>
 zero_join_run train_zero_uneven(Comm& comm, const scenario& sc,
                                 const std::vector<std::vector<int>>& steps_of_rank) {
   mlp<hone::half> m;
-  auto t = scenario_trainer(m, hone::zero<Stage>(comm, uneven()));
+  auto t = scenario_trainer(m, hone::zero<Stage>(comm, uneven(sc.weight_by_count)));
   BOOST_TEST(t.master_weights_sharded());
   const auto rank = static_cast<std::size_t>(comm.rank());
   zero_join_run out;
@@ -142,6 +145,52 @@ BOOST_AUTO_TEST_CASE(uneven_zero_ranks_match_one_process_over_the_active_ranks_b
     const auto ref = train_reference_uneven(sc, *steps);
     check_against_reference(zero_threads_uneven<1>(sc, *steps), ref, *steps);
     check_against_reference(zero_threads_uneven<2>(sc, *steps), ref, *steps);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(uneven_zero_ranks_weighted_by_count_match_one_process_over_every_sample) {
+  // Rank r's batches hold 8 + 5 r rows; the step's exchange carries the samples, a joined rank
+  // counts 0, so every step is the mean over the samples that exist.
+  scenario sc{};
+  sc.extra_rows_per_rank = 5;
+  sc.weight_by_count = true;
+  const std::vector<std::vector<int>> two{{2, 5}, {3, 1}};
+  const std::vector<std::vector<int>> three{{5, 3, 6}, {1, 2, 0}};
+  for (const auto* steps : {&two, &three}) {
+    const auto ref = train_reference_uneven(sc, *steps);
+    check_against_reference(zero_threads_uneven<1>(sc, *steps), ref, *steps);
+    check_against_reference(zero_threads_uneven<2>(sc, *steps), ref, *steps);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(weight_by_count_gives_the_mean_over_every_sample) {
+  // Every rank trains every step (no join), rank r's micro-batches of 8 + 5 (r + k ranks) rows:
+  // with weight_by_count both stages match one process accumulating every micro-batch by count;
+  // without it, the mean of the ranks' means differs (the comparison can fail).
+  scenario sc{};
+  sc.extra_rows_per_rank = 5;
+  for (int n : {2, 3}) {
+    const auto ref = train_zero_reference(n, sc, 2);
+    thread_group g(n);
+    std::vector<double> worst(4, 0.0);
+    g.run([&](int r) {
+      thread_comm c(g, r);
+      hone::zero_options o = small_windows;
+      o.weight_by_count = true;
+      const auto w1 = train_zero<1>(c, sc, 2, o);
+      const auto w2 = train_zero<2>(c, sc, 2, o);
+      o.weight_by_count = false;
+      const auto m1 = train_zero<1>(c, sc, 2, o);
+      if (r != 0) return;
+      for (std::size_t s = 0; s < ref.size(); ++s) {
+        worst[0] = std::max(worst[0], max_abs_diff(w1[s].master, ref[s].master));
+        worst[1] = std::max(worst[1], max_abs_diff(w2[s].master, ref[s].master));
+        worst[2] = std::max(worst[2], max_abs_diff(m1[s].master, ref[s].master));
+      }
+    });
+    BOOST_TEST(worst[0] <= 1e-6, n << " ranks, zero<1>");
+    BOOST_TEST(worst[1] <= 1e-6, n << " ranks, zero<2>");
+    BOOST_TEST(worst[2] > 1e-5, n << " ranks, the mean of the ranks' means");
   }
 }
 

@@ -53,9 +53,10 @@
 //
 // Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
 // (hone::adamw, hone::sgd); clipping by L2 norm or by value (another norm type is refused when the
-// trainer is built); no offload role; no weighting of the ranks by sample count. Uneven inputs
-// (options.uneven_inputs): a rank with no batch left calls hone::dist::join, which runs the
-// other ranks' steps without micro-batches (it owns a shard to update). Failure is never a hang: a
+// trainer is built); no offload role. Uneven inputs (options.uneven_inputs): a rank with no batch
+// left calls hone::dist::join, which runs the other ranks' steps without micro-batches (it owns a
+// shard to update); options.weight_by_count weights the ranks by their samples. Failure is never
+// a hang: a
 // collective that fails or times out throws hone::dist_error naming the stage, the step, the
 // window, the collective and the communicator's own message; the job must then end (e.g.
 // mpi_comm::abort()): the collectives are not resumed. Checkpoints: hone::checkpoint::capture of a
@@ -72,6 +73,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -116,6 +118,12 @@ struct zero_options {
   /// every rank as the rank with the most micro-batches has (the others add zeros). Set it on
   /// every rank.
   bool uneven_inputs = false;
+  /// Weight each rank's gradients by its share of the step's samples (its micro-batches' counts
+  /// over every rank's, carried by the step's exchange; hone::accumulate::by_count needed), as
+  /// data_parallel_options::weight_by_count: with batches of different sizes the update is the
+  /// mean over every sample of the step, not the mean of the ranks' means (`average` then does not
+  /// divide). With uneven_inputs a joined rank counts 0.
+  bool weight_by_count = false;
 };
 
 namespace dist {
@@ -228,33 +236,50 @@ class zero_redundancy {
                     "the reduce_scatter of a micro-batch's gradients");
   }
 
-  /// Begins a step of `micro_batches` micro-batches on this rank (0: a rank that has joined).
-  /// With options().uneven_inputs every rank's {has a batch, micro-batches} is all-gathered (one
-  /// collective of two doubles) and the number of ranks with a batch is returned (0: every rank
-  /// has joined); it divides the gradients with `average`, and micro_batches() becomes the
-  /// largest count. Without it, returns size() and micro_batches() is this rank's count.
-  std::size_t begin_step(std::size_t micro_batches) {
+  /// Begins a step of `micro_batches` micro-batches holding `samples` samples on this rank (0: a
+  /// rank that has joined). With options().uneven_inputs or weight_by_count every rank's {has a
+  /// batch, micro-batches, samples} is all-gathered (one collective of three doubles): the number
+  /// of ranks with a batch is returned (0: every rank has joined) and divides the gradients with
+  /// `average`, micro_batches() becomes the largest count and count_share() reads the samples'
+  /// sum (in rank order: the same bits on every rank). Without either, returns size() and
+  /// micro_batches() is this rank's count.
+  std::size_t begin_step(std::size_t micro_batches, double samples = 0.0) {
     active_ = static_cast<std::size_t>(comm_->size());
     micro_ = micro_batches;
-    if (!options_.uneven_inputs) return active_;
-    const std::array<double, 2> mine{micro_batches > 0 ? 1.0 : 0.0,
-                                     static_cast<double>(micro_batches)};
-    flags_.assign(2 * static_cast<std::size_t>(comm_->size()), 0.0);
-    run(micro_batches > 0 ? "the all_gather of the still-active flags and micro-batch counts"
-                          : "the all_gather of the still-active flags and micro-batch counts "
-                            "(joined: this rank has no batch left and takes part with zero "
-                            "gradients)",
+    if (!options_.uneven_inputs && !options_.weight_by_count) return active_;
+    HONE_REQUIRE(std::isfinite(samples) && samples >= 0.0,
+                 "hone::zero: this rank's sample count is " + std::to_string(samples) +
+                     "; it must be finite and >= 0");
+    const std::array<double, 3> mine{micro_batches > 0 ? 1.0 : 0.0,
+                                     static_cast<double>(micro_batches), samples};
+    flags_.assign(3 * static_cast<std::size_t>(comm_->size()), 0.0);
+    run(micro_batches > 0
+            ? "the all_gather of the still-active flags, micro-batch and sample counts"
+            : "the all_gather of the still-active flags, micro-batch and sample counts (joined: "
+              "this rank has no batch left and takes part with zero gradients)",
         steps_ + 1, 0, [&] {
           return comm_->all_gather(std::span<const double>(mine), std::span<double>(flags_));
         });
     active_ = 0;
     micro_ = 0;
-    for (std::size_t r = 0; r < flags_.size(); r += 2) {
+    samples_ = 0.0;
+    for (std::size_t r = 0; r < flags_.size(); r += 3) {
       active_ += flags_[r] > 0.0 ? 1 : 0;
       micro_ = std::max(micro_, static_cast<std::size_t>(flags_[r + 1]));
+      samples_ += flags_[r + 2];
     }
     if (micro_batches == 0 && active_ > 0) ++shadowed_;
     return active_;
+  }
+
+  /// With options().weight_by_count: this rank's share of the step's samples, local_count over
+  /// the sum that begin_step exchanged (the trainer scales this rank's micro-batch weights by
+  /// it). config_error when no rank holds a sample.
+  [[nodiscard]] double count_share(double local_count) const {
+    HONE_REQUIRE(samples_ > 0.0, "hone::zero: no rank holds a sample in step " +
+                                     std::to_string(steps_ + 1) +
+                                     " (the global sample count is 0)");
+    return local_count / samples_;
   }
   /// The micro-batches of the step begun last (the most of any rank with uneven_inputs).
   [[nodiscard]] std::size_t micro_batches() const noexcept { return micro_; }
@@ -385,6 +410,7 @@ class zero_redundancy {
     prepare(d, b);
     // the divisor of `average`: every rank, or with uneven_inputs the ranks that had a batch
     const float ranks = static_cast<float>(options_.uneven_inputs && active_ > 0 ? active_ : d);
+    const bool divide = options_.average && !options_.weight_by_count;
     std::size_t k = 0;
     for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
       const std::size_t w = std::min(b, sh.stride - o);
@@ -402,7 +428,7 @@ class zero_redundancy {
       const std::size_t n = o < dst.size() ? std::min(w, dst.size() - o) : 0;
       float* out = dst.data() + o;
       for (std::size_t j = 0; j < n; ++j) {
-        const float v = options_.average ? recv_[j] / ranks : recv_[j];
+        const float v = divide ? recv_[j] / ranks : recv_[j];
         out[j] = accumulate ? out[j] + v : v;
       }
     }
@@ -432,6 +458,7 @@ class zero_redundancy {
   std::vector<double> flags_;  // uneven_inputs: every rank's {has a batch, micro-batches}
   std::uint64_t steps_ = 0;
   std::size_t active_ = 0, micro_ = 0;
+  double samples_ = 0.0;  // the step's samples over every rank (weight_by_count)
   std::uint64_t shadowed_ = 0;
 };
 

@@ -149,23 +149,37 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     // The gradients' weights: the accumulation's, or (a reduction weighting ranks by their sample
     // counts) each micro-batch's count over the count of every rank's batches.
     std::vector<float> grad_weights = weights;
+    bool by_counts = false;
+    double local = 0.0;  // this rank's samples, when the ranks are weighted by them
     if constexpr (requires { p_.reduction.count_share(1.0); }) {
-      if (p_.reduction.options().weight_by_count) {
+      by_counts = p_.reduction.options().weight_by_count;
+      if (by_counts) {
         if constexpr (std::is_same_v<accumulation_type, accumulate::by_count>) {
-          double local = 0.0;
           for (const Batch& b : micro_batches) {
             local += static_cast<double>(batch_traits<Batch>::count(b));
           }
-          const double share =
-              observe(step_phase::reduce, [&] { return p_.reduction.count_share(local); });
-          for (float& w : grad_weights) w = static_cast<float>(static_cast<double>(w) * share);
         } else {
           throw config_error(
-              "hone::trainer: data_parallel_options::weight_by_count weights the ranks by their "
-              "sample counts, which needs hone::accumulate::by_count as the accumulation policy "
-              "(it counts the samples of each micro-batch); add hone::accumulate::by_count{} to "
-              "the trainer's policies or leave weight_by_count off");
+              "hone::trainer: weight_by_count (of data_parallel_options or zero_options) weights "
+              "the ranks by their sample counts, which needs hone::accumulate::by_count as the "
+              "accumulation policy (it counts the samples of each micro-batch); add "
+              "hone::accumulate::by_count{} to the trainer's policies or leave weight_by_count "
+              "off");
         }
+      }
+    }
+    if constexpr (types::sharded) {
+      // hone::zero: the exchange that begins a step on every rank (a joined rank's in join_step)
+      // when the ranks' micro-batch or sample counts must be known (uneven_inputs,
+      // weight_by_count)
+      observe(step_phase::reduce,
+              [&] { (void)p_.reduction.begin_step(micro_batches.size(), local); });
+    }
+    if constexpr (requires { p_.reduction.count_share(1.0); }) {
+      if (by_counts) {
+        const double share =
+            observe(step_phase::reduce, [&] { return p_.reduction.count_share(local); });
+        for (float& w : grad_weights) w = static_cast<float>(static_cast<double>(w) * share);
       }
     }
     step_report r;
@@ -177,11 +191,6 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
     }
     backend_.begin_step(p_, micro_batches.size());
-    if constexpr (types::sharded) {
-      // hone::zero with uneven_inputs: the exchange of {has a batch, micro-batches} that begins a
-      // step on every rank (a joined rank's in join_step)
-      observe(step_phase::reduce, [&] { (void)p_.reduction.begin_step(micro_batches.size()); });
-    }
     double loss = 0.0;
     for (std::size_t i = 0; i < micro_batches.size(); ++i) {
       if constexpr (overlaps<Batch>) {
@@ -221,7 +230,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     // The exchange is not a phase: it precedes the step's first phase (the checkpoint role's
     // before_step, which a step observer takes as the start of a step), and the last one begins
     // no step at all.
-    if (p_.reduction.begin_step(0) == 0) return false;
+    if (p_.reduction.begin_step(0, 0.0) == 0) return false;
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     step_report r;
     r.loss_scale = p_.scaler.scale();
