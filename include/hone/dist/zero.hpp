@@ -56,17 +56,16 @@
 // trainer is built); no offload role. Uneven inputs (options.uneven_inputs): a rank with no batch
 // left calls hone::dist::join, which runs the other ranks' steps without micro-batches (it owns a
 // shard to update); options.weight_by_count weights the ranks by their samples. Failure is never
-// a hang: a
-// collective that fails or times out throws hone::dist_error naming the stage, the step, the
-// window, the collective and the communicator's own message; the job must then end (e.g.
-// mpi_comm::abort()): the collectives are not resumed. Checkpoints: hone::checkpoint::capture of a
-// ZeRO trainer is collective (every rank calls it; the state's shards are all-gathered into whole
-// tensors and one rank writes them), and restore keeps this rank's shard of the whole tensors: a
-// checkpoint resumes on any number of ranks. With sharded master weights capture also gathers them
-// (collective for any content). The roles that read or change whole master weights work over the
-// shards with the bits of whole ones: the step gathers the shards after the weight constraint
-// (magnitude pruning ranks gathered weights; fake-quant training agrees on channel ranges through
-// all_reduce_max), and early stopping keeps each rank's shard of the best weights.
+// a hang: a collective that fails or times out throws hone::dist_error naming the stage, the
+// step, the window, the collective and the communicator's own message; the job must then end
+// (e.g. mpi_comm::abort()): the collectives are not resumed. Checkpoints: hone::checkpoint::capture
+// of a ZeRO trainer is collective (every rank calls it; the state's shards are all-gathered into
+// whole tensors and one rank writes them), and restore keeps this rank's shard of the whole
+// tensors: a checkpoint resumes on any number of ranks. With sharded master weights capture also
+// gathers them (collective for any content). The roles that read or change whole master weights
+// work over the shards with the bits of whole ones: the step gathers the shards after the weight
+// constraint (magnitude pruning ranks gathered weights; fake-quant training agrees on channel
+// ranges through all_reduce_max), and early stopping keeps each rank's shard of the best weights.
 // hone::checkpoint::save_sharded (hone/checkpoint/sharded.hpp) instead has every rank write its
 // own shard under one MANIFEST. See docs/dist.md, "ZeRO".
 #pragma once
@@ -111,8 +110,8 @@ struct zero_options {
   bool shard_master_weights = true;
   /// Ranks may run out of batches at different steps (uneven inputs; PyTorch's Join, which
   /// ZeroRedundancyOptimizer supports). Every step then begins with an exchange of each rank's
-  /// {has a batch, micro-batches} (one all_gather of two doubles); a rank with no batch left
-  /// calls hone::dist::join(trainer), which takes part in the other ranks' steps with zero
+  /// {has a batch, micro-batches, samples} (one all_gather of three doubles); a rank with no batch
+  /// left calls hone::dist::join(trainer), which takes part in the other ranks' steps with zero
   /// gradients and keeps updating its shard (each rank owns one) until every rank has joined.
   /// `average` divides by the ranks that had a batch; zero<2> runs as many reduce-scatters on
   /// every rank as the rank with the most micro-batches has (the others add zeros). Set it on
@@ -268,7 +267,6 @@ class zero_redundancy {
       micro_ = std::max(micro_, static_cast<std::size_t>(flags_[r + 1]));
       samples_ += flags_[r + 2];
     }
-    if (micro_batches == 0 && active_ > 0) ++shadowed_;
     return active_;
   }
 
@@ -283,10 +281,6 @@ class zero_redundancy {
   }
   /// The micro-batches of the step begun last (the most of any rank with uneven_inputs).
   [[nodiscard]] std::size_t micro_batches() const noexcept { return micro_; }
-  /// The ranks that had a batch in the step begun last (size() without uneven_inputs).
-  [[nodiscard]] std::size_t active_ranks() const noexcept { return active_; }
-  /// Steps this rank has taken part in after joining (uneven_inputs), over its whole life.
-  [[nodiscard]] std::uint64_t shadowed_steps() const noexcept { return shadowed_; }
 
   /// The sum of every rank's `local` (one all_gather of one double), added in rank order: the
   /// same bits on every rank. The trainer calls it once per step, after the gradients are
@@ -455,11 +449,10 @@ class zero_redundancy {
   std::vector<float> staging_;  // size() windows, one per rank
   std::vector<float> recv_;     // one window
   std::vector<double> sums_;
-  std::vector<double> flags_;  // uneven_inputs: every rank's {has a batch, micro-batches}
+  std::vector<double> flags_;  // every rank's {has a batch, micro-batches, samples}
   std::uint64_t steps_ = 0;
-  std::size_t active_ = 0, micro_ = 0;
-  double samples_ = 0.0;  // the step's samples over every rank (weight_by_count)
-  std::uint64_t shadowed_ = 0;
+  std::size_t active_ = 0, micro_ = 0;  // the step's ranks with a batch, most micro-batches
+  double samples_ = 0.0;                // the step's samples over every rank (weight_by_count)
 };
 
 /// hone::zero<1>(comm) or hone::zero<2>(comm): the ZeRO gradient reduction role (see the file

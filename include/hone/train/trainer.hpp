@@ -183,13 +183,8 @@ class trainer : public detail::trainer_types<Model, Policies...> {
       }
     }
     step_report r;
-    r.loss_scale = p_.scaler.scale();
-    r.lr = static_cast<float>(p_.schedule.lr(p_.step));
+    optimizer_step_args args = begin_report(r);
     const float inv_scale = 1.0f / r.loss_scale;
-    optimizer_step_args args{.step = p_.step + 1, .lr = r.lr, .grad_scale = 1.0f, .momentum = {}};
-    if constexpr (momentum_schedule_policy<schedule_type>) {
-      if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
-    }
     backend_.begin_step(p_, micro_batches.size());
     double loss = 0.0;
     for (std::size_t i = 0; i < micro_batches.size(); ++i) {
@@ -233,12 +228,7 @@ class trainer : public detail::trainer_types<Model, Policies...> {
     if (p_.reduction.begin_step(0, 0.0) == 0) return false;
     observe(step_phase::checkpoint, [&] { checkpoint_.before_step(*this); });
     step_report r;
-    r.loss_scale = p_.scaler.scale();
-    r.lr = static_cast<float>(p_.schedule.lr(p_.step));
-    optimizer_step_args args{.step = p_.step + 1, .lr = r.lr, .grad_scale = 1.0f, .momentum = {}};
-    if constexpr (momentum_schedule_policy<schedule_type>) {
-      if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
-    }
+    optimizer_step_args args = begin_report(r);
     backend_.begin_step(p_, 0);
     backend_.zero_gradients(p_);
     (void)finish_step(r, args);
@@ -613,6 +603,18 @@ class trainer : public detail::trainer_types<Model, Policies...> {
   /// into the model's tensors.
   void copy_work_to_model() {
     if (!p_.work_out.empty()) backend_.for_each(p_.work_out, detail::copy_element{});
+  }
+
+  /// The step's loss scale and learning rate into its report, and the optimizer's arguments
+  /// (step, lr, the scheduled momentum); grad_scale is set by the check.
+  optimizer_step_args begin_report(step_report& r) const {
+    r.loss_scale = p_.scaler.scale();
+    r.lr = static_cast<float>(p_.schedule.lr(p_.step));
+    optimizer_step_args args{.step = p_.step + 1, .lr = r.lr, .grad_scale = 1.0f, .momentum = {}};
+    if constexpr (momentum_schedule_policy<schedule_type>) {
+      if (const auto m = p_.schedule.momentum(p_.step)) args.momentum = static_cast<float>(*m);
+    }
+    return args;
   }
 
   /// The part of a step after the micro-batches (a joined rank's join_step too): the gradient
