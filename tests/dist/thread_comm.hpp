@@ -3,42 +3,129 @@
 // when it is called (each rank blocks until all ranks have called it), so its request is always
 // complete; sums are taken in rank order 0, 1, ..., N-1 (hone::bfloat16 and hone::half in float,
 // rounded back after each sum) (the result of a reduction is the same
-// bits on every rank). A collective that one rank never calls blocks the others: use it only in
-// tests whose ranks call the same collectives.
+// bits on every rank). The ranks must call the same collectives; a test that breaks that fails
+// instead of hanging until CTest's timeout:
+// - a rank whose body throws releases the others: each throws thread_group_stopped (naming that
+//   rank) from the collective it waits in or calls next, and run() rethrows the first rank's own
+//   exception;
+// - a rank that calls a collective after another rank's body returned throws
+//   thread_group_stopped naming both (the ranks called different numbers of collectives);
+// - a rank that waits longer than the group's timeout (a rank stuck elsewhere) prints which rank
+//   waited and aborts the process (its threads cannot be joined).
 #pragma once
 
 #include <algorithm>
-#include <barrier>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/half.hpp>
 #include <hone/dist/communicator.hpp>
 #include <limits>
+#include <mutex>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+/// Thrown by a collective of a rank whose peer stopped (its body threw).
+class thread_group_stopped : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// What the ranks of one thread_comm group share.
 class thread_group {
  public:
-  explicit thread_group(int size)
-      : size_(size), barrier_(size), in_(static_cast<std::size_t>(size)) {}
+  explicit thread_group(int size, std::chrono::seconds timeout = std::chrono::seconds(120))
+      : size_(size), timeout_(timeout), in_(static_cast<std::size_t>(size)) {}
   [[nodiscard]] int size() const { return size_; }
 
-  /// Runs body(rank) on `size` threads and joins them.
+  /// Runs body(rank) on `size` threads and joins them. If a body throws, the other ranks are
+  /// released from their collectives and the exception of the first rank that threw is rethrown
+  /// here (not the thread_group_stopped of the ranks it released).
   void run(const std::function<void(int)>& body) {
-    std::vector<std::jthread> threads;
-    for (int r = 0; r < size_; ++r) threads.emplace_back([&body, r] { body(r); });
+    {
+      const std::lock_guard lock(mutex_);
+      arrived_ = 0;
+      thrown_ = -1;
+      returned_ = -1;
+    }
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size_));
+    {
+      std::vector<std::jthread> threads;
+      for (int r = 0; r < size_; ++r)
+        threads.emplace_back([this, &body, &errors, r] {
+          try {
+            body(r);
+            leave(r, returned_);
+          } catch (...) {
+            errors[static_cast<std::size_t>(r)] = std::current_exception();
+            leave(r, thrown_);
+          }
+        });
+    }
+    // The threads are joined: their writes are visible here.
+    const int first = thrown_;
+    if (first >= 0) std::rethrow_exception(errors[static_cast<std::size_t>(first)]);
   }
 
  private:
   friend class thread_comm;
+
+  /// Records that `rank` left its body (the first one wins `slot`) and wakes every waiting rank.
+  void leave(int rank, int& slot) {
+    const std::lock_guard lock(mutex_);
+    if (slot < 0) slot = rank;
+    wake_.notify_all();
+  }
+
+  /// Blocks until every rank has arrived (then the next phase begins); throws
+  /// thread_group_stopped when a rank left its body before arriving; aborts after the timeout.
+  void arrive_and_wait(int rank) {
+    std::unique_lock lock(mutex_);
+    const auto left = [&] { return thrown_ >= 0 || returned_ >= 0; };
+    const auto left_error = [&] {
+      const bool threw = thrown_ >= 0;
+      return thread_group_stopped(
+          "thread_comm: rank " + std::to_string(rank) + " is in collective " +
+          std::to_string(phase_) + ", which rank " + std::to_string(threw ? thrown_ : returned_) +
+          (threw ? " left by throwing" : " will never call: its body returned"));
+    };
+    if (left()) throw left_error();
+    const unsigned long phase = phase_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++phase_;
+      wake_.notify_all();
+      return;
+    }
+    if (!wake_.wait_for(lock, timeout_, [&] { return phase_ != phase || left(); })) {
+      std::fprintf(stderr,
+                   "thread_comm: rank %d waited %lld s in collective %lu for %d of %d ranks "
+                   "(a rank is stuck outside the collectives); aborting\n",
+                   rank, static_cast<long long>(timeout_.count()), phase, size_ - arrived_, size_);
+      std::abort();
+    }
+    if (phase_ == phase) throw left_error();
+  }
+
   int size_;
-  std::barrier<> barrier_;
+  std::chrono::seconds timeout_;
   std::vector<const void*> in_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  int arrived_ = 0;
+  unsigned long phase_ = 0;
+  int thrown_ = -1;    // the first rank whose body threw, or -1
+  int returned_ = -1;  // the first rank whose body returned, or -1
 };
 
 class thread_comm {
@@ -96,7 +183,7 @@ class thread_comm {
   }
 
   [[nodiscard]] request barrier() {
-    g_->barrier_.arrive_and_wait();
+    g_->arrive_and_wait(rank_);
     return {};
   }
 
@@ -106,9 +193,9 @@ class thread_comm {
   template <class F>
   void exchange(const void* in, F&& compute) {
     g_->in_[static_cast<std::size_t>(rank_)] = in;
-    g_->barrier_.arrive_and_wait();
+    g_->arrive_and_wait(rank_);
     compute();
-    g_->barrier_.arrive_and_wait();
+    g_->arrive_and_wait(rank_);
   }
 
   /// Rank 0's element i combined with rank 1's, then the result with rank 2's, ...: a left fold
