@@ -18,8 +18,10 @@
 //    and in a trainer without ZeRO; each continuation matches one process that never stopped
 //    within 1e-6, every rank of a continuation holds the same bits, and the file holds whole
 //    tensors (the model's shapes);
-//  - errors: a failed collective names the stage, the step, the window and the collective;
-//    clip_grad_norm with another norm than L2 and a zero bucket are refused with sentences;
+//  - clip_grad_norm of order 1, 3 and infinity (the shards' sums of |g|^p or largest |g|
+//    combined over the ranks) against one process, both stages, 2 and 3 ranks;
+//  - errors: a failed collective names the stage, the step, the window and the collective; a zero
+//    bucket is refused with a sentence;
 //  - sharded master weights (the fp16 model's fp32 master weights, zero_options::
 //    shard_master_weights, which every case above runs on too): each rank holds its shard's size,
 //    with the bits of whole master weights (master and model weights, both stages, 1-3 ranks);
@@ -36,6 +38,7 @@
 #include <hone/dist.hpp>
 #include <hone/optim/sgd.hpp>
 #include <hone/train/trainer.hpp>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -444,13 +447,66 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused_with_sentences) {
                           return std::string(e.what()).find("bucket_bytes is 0") !=
                                  std::string::npos;
                         });
+}
+
+namespace {
+/// dp_scenario's trainer with clip_grad_norm of order `order` and a max_norm that clips most
+/// steps.
+template <class... Extra>
+auto clipped_trainer(mlp<hone::half>& m, float order, float max_norm, Extra... extra) {
+  return hone::trainer(m,
+                       hone::fp16_mixed<>{.scaler = {.init_scale = 65536.0f, .growth_interval = 3}},
+                       hone::adamw{.weight_decay = 0.01f},
+                       hone::clip_grad_norm{.max_norm = max_norm, .norm_type = order},
+                       hone::constant_lr{.base_lr = 0.01}, hone::accumulate::by_count{}, extra...);
+}
+
+/// One process accumulating every rank's batch of each step as micro-batches.
+std::vector<float> clipped_reference(int ranks, float order, float max_norm) {
+  const scenario sc{};
   mlp<hone::half> m;
-  BOOST_CHECK_EXCEPTION(
-      (hone::trainer(m, hone::fp16_mixed<>{}, hone::clip_grad_norm{.max_norm = 1, .norm_type = 1},
-                     hone::zero<2>(c))),
-      hone::config_error, [](const hone::config_error& e) {
-        return std::string(e.what()).find("clip_grad_norm with norm_type 1") != std::string::npos;
-      });
+  auto t = clipped_trainer(m, order, max_norm);
+  for (int s = 0; s < sc.steps; ++s) {
+    std::vector<mlp_batch> mb;
+    for (int r = 0; r < ranks; ++r) mb.push_back(scenario_batch(sc, s, r));
+    (void)t.step(std::span<const mlp_batch>(mb));
+  }
+  const auto w = t.master_weights();
+  return {w.begin(), w.end()};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(clipping_by_norms_of_other_orders_uses_the_global_norm) {
+  const scenario sc{};
+  const float infinity = std::numeric_limits<float>::infinity();
+  for (const float order : {1.0f, 3.0f, infinity}) {
+    for (const int n : {2, 3}) {
+      BOOST_TEST_CONTEXT("order " << order << ", ranks " << n) {
+        const std::vector<float> ref = clipped_reference(n, order, 0.05f);
+        thread_group g(n);
+        std::vector<std::vector<float>> z1(static_cast<std::size_t>(n)), z2(z1.size());
+        g.run([&](int r) {
+          thread_comm c(g, r);
+          const auto run = [&](auto reduction) {
+            mlp<hone::half> m;
+            auto t = clipped_trainer(m, order, 0.05f, reduction);
+            for (int s = 0; s < sc.steps; ++s) (void)t.step(scenario_batch(sc, s, r));
+            return hone::dist::gather_master_weights(t);
+          };
+          z1[static_cast<std::size_t>(r)] = run(hone::zero<1>(c, small_windows));
+          z2[static_cast<std::size_t>(r)] = run(hone::zero<2>(c, small_windows));
+        });
+        for (int r = 1; r < n; ++r) {
+          BOOST_TEST(same_bits(z1[static_cast<std::size_t>(r)], z1[0]), "zero<1> rank " << r);
+          BOOST_TEST(same_bits(z2[static_cast<std::size_t>(r)], z2[0]), "zero<2> rank " << r);
+        }
+        BOOST_TEST(max_abs_diff(z1[0], ref) <= 1e-6, max_abs_diff(z1[0], ref));
+        BOOST_TEST(max_abs_diff(z2[0], ref) <= 1e-6, max_abs_diff(z2[0], ref));
+        // The clipping acted: without it (a max_norm no step reaches) the weights differ.
+        BOOST_TEST(max_abs_diff(ref, clipped_reference(n, order, 1e30f)) > 1e-4);
+      }
+    }
+  }
 }
 
 namespace {

@@ -29,7 +29,8 @@
 //  - The gradient norm: each rank sums the squares of its shard in double; the sums are
 //    all-gathered and added in rank order (global_sum), so every rank holds the same bits: the
 //    loss scaler's inf/NaN decision and global-norm clipping (hone::clip_grad_norm, L2) agree on
-//    every rank.
+//    every rank. clip_grad_norm of another order takes one more all_gather of a double per
+//    applied step (combine_over_ranks): each shard's largest |g| (infinity) or sum of |g|^p.
 //  - The update: the optimizer steps this rank's shard of the master weights with its shard of
 //    the state; then gather() all-gathers the updated shards in windows into every rank's full
 //    master weights when they are the model's own fp32 weights (bound zero-copy). Otherwise
@@ -52,11 +53,10 @@
 // with the master weights sharded.
 //
 // Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
-// (hone::adamw, hone::sgd); clipping by L2 norm or by value (another norm type is refused when the
-// trainer is built); no offload role. Uneven inputs (options.uneven_inputs): a rank with no batch
-// left calls hone::dist::join, which runs the other ranks' steps without micro-batches (it owns a
-// shard to update); options.weight_by_count weights the ranks by their samples. Failure is never
-// a hang: a collective that fails or times out throws hone::dist_error naming the stage, the
+// (hone::adamw, hone::sgd); no offload role. Uneven inputs (options.uneven_inputs): a rank with no
+// batch left calls hone::dist::join, which runs the other ranks' steps without micro-batches (it
+// owns a shard to update); options.weight_by_count weights the ranks by their samples. Failure is
+// never a hang: a collective that fails or times out throws hone::dist_error naming the stage, the
 // step, the window, the collective and the communicator's own message; the job must then end
 // (e.g. mpi_comm::abort()): the collectives are not resumed. Checkpoints: hone::checkpoint::capture
 // of a ZeRO trainer is collective (every rank calls it; the state's shards are all-gathered into
@@ -286,14 +286,18 @@ class zero_redundancy {
   /// same bits on every rank. The trainer calls it once per step, after the gradients are
   /// reduced: it counts the steps (the step number in error messages).
   [[nodiscard]] double global_sum(double local) {
-    sums_.assign(static_cast<std::size_t>(comm_->size()), 0.0);
-    run("the all_gather of the gradients' sums of squares", steps_ + 1, 0, [&] {
-      return comm_->all_gather(std::span<const double>(&local, 1), std::span<double>(sums_));
-    });
+    const double s =
+        combine(local, false, "the all_gather of the gradients' sums of squares", steps_ + 1);
     ++steps_;
-    double s = 0.0;
-    for (double v : sums_) s += v;
     return s;
+  }
+
+  /// Every rank's `local` combined (one all_gather of one double): their sum, added in rank order,
+  /// or with `maximum` their largest (NaN when any is NaN); the same bits on every rank. For what
+  /// a step needs besides global_sum, after it (the clipping norm of an order other than 2);
+  /// `what` names the collective in a failure's message.
+  [[nodiscard]] double combine_over_ranks(double local, bool maximum, const char* what) {
+    return combine(local, maximum, what, steps_);
   }
 
   /// The element-wise maximum over the ranks of `values` (in place, one all_reduce; a maximum
@@ -426,6 +430,22 @@ class zero_redundancy {
         out[j] = accumulate ? out[j] + v : v;
       }
     }
+  }
+
+  double combine(double local, bool maximum, const char* what, std::uint64_t step) {
+    sums_.assign(static_cast<std::size_t>(comm_->size()), 0.0);
+    run(what, step, 0, [&] {
+      return comm_->all_gather(std::span<const double>(&local, 1), std::span<double>(sums_));
+    });
+    double s = maximum ? sums_[0] : 0.0;
+    for (const double v : sums_) {
+      if (!maximum) {
+        s += v;
+      } else if (std::isnan(v) || v > s) {
+        s = std::isnan(s) ? s : v;
+      }
+    }
+    return s;
   }
 
   /// Starts and waits one collective; a failure becomes a dist_error naming where it happened.

@@ -102,20 +102,9 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     hone::for_each(l, load_master_functor{});
   }
 
+  /// Nothing to refuse for a host model (hone::zero clips by any norm: sharded_norm).
   template <class Parts>
-  void check(const Parts& p) const {
-    if constexpr (Types::sharded && std::is_same_v<typename Types::clipping_type, clip_grad_norm>) {
-      HONE_REQUIRE(
-          p.clipping.norm_type == 2.0f,
-          "hone::trainer: hone::zero clips by the global L2 norm of the sharded "
-          "gradients (its sum of squares is all-gathered); clip_grad_norm with norm_type " +
-              std::to_string(p.clipping.norm_type) +
-              " would see only this rank's shard. Use norm_type = 2 or "
-              "hone::clip_grad_value");
-    } else {
-      (void)p;
-    }
-  }
+  void check(const Parts& /*p*/) const {}
 
   template <class Parts>
   void begin_step(Parts& p, std::size_t micro_batches) {
@@ -194,7 +183,6 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     if constexpr (Types::sharded) {
       // hone::zero: this rank's shard of the reduced gradients, and the global sum of squares.
       float* g = p.master_grad_data();
-      const auto sh = p.reduction.shard(p.size());
       if constexpr (Types::zero_stage == 1) p.reduction.reduce(std::span<float>(g, p.size()));
       if constexpr (Types::zero_stage == 2) {
         // uneven_inputs: as many reduce-scatters as the rank with the most micro-batches, this
@@ -206,10 +194,11 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
               /*accumulate=*/k > 0);
         }
       }
-      const float* mine = Types::zero_stage == 1 ? g + sh.offset : g;
-      const std::size_t n = Types::zero_stage == 1 ? sh.count : p.master_grad.all().size();
-      const double local =
-          n == 0 ? 0.0 : hone::transform_reduce(n, 0.0, square_in_double{}, hone::plus{}, mine);
+      const std::span<const float> mine = shard_gradients(p);
+      const double local = mine.empty()
+                               ? 0.0
+                               : hone::transform_reduce(mine.size(), 0.0, square_in_double{},
+                                                        hone::plus{}, mine.data());
       sum_sq_ = p.reduction.global_sum(local);
     } else {
       using reduction = typename Types::reduction_type;
@@ -381,11 +370,56 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
     } else if constexpr (std::is_same_v<clipping, clip_grad_norm>) {
       if (p.clipping.norm_type == 2.0f)
         return p.clipping.finish(static_cast<float>(l2_norm)).coefficient;
+      if constexpr (Types::sharded) return p.clipping.finish(sharded_norm(p)).coefficient;
       return p.clipping.clip(std::as_const(p.master_grad)).coefficient;
     } else {
       (void)l2_norm;
       return p.clipping.clip(p.master_grad).coefficient;
     }
+  }
+
+  /// hone::zero: this rank's shard of the reduced master gradients (zero<1>: its range of the
+  /// whole arena; zero<2>: the shard arena, whose padding is zeros).
+  template <class Parts>
+  static std::span<const float> shard_gradients(Parts& p) {
+    const float* g = p.master_grad_data();
+    if constexpr (Types::zero_stage == 1) {
+      const auto sh = p.reduction.shard(p.size());
+      return {g + sh.offset, sh.count};
+    } else {
+      return {g, p.master_grad.all().size()};
+    }
+  }
+
+  /// hone::zero with clip_grad_norm of an order other than 2: the global norm of the sharded
+  /// gradients, as one process computes it over the whole arena. Each rank reduces its shard
+  /// (the largest |g| for infinity, else the sum of |g|^p in double) and one all_gather of a
+  /// double per rank combines them (maximum, or sum in rank order): the same bits on every rank,
+  /// so every rank clips alike. Collective: every rank calls it in the same applied steps.
+  template <class Parts>
+  static float sharded_norm(Parts& p) {
+    const std::span<const float> mine = shard_gradients(p);
+    const float order = p.clipping.norm_type;
+    if (std::isinf(order)) {
+      const float local = mine.empty() ? 0.0f
+                                       : hone::transform_reduce(mine.size(), 0.0f, abs_to_float{},
+                                                                max_nan{}, mine.data());
+      return static_cast<float>(p.reduction.combine_over_ranks(
+          local, /*maximum=*/true,
+          "the all_gather of the gradients' largest magnitudes (clip_grad_norm of order "
+          "infinity)"));
+    }
+    double local = 0.0;
+    if (!mine.empty()) {
+      local = order == 1.0f ? hone::transform_reduce(mine.size(), 0.0, abs_to_double{},
+                                                     hone::plus{}, mine.data())
+                            : hone::transform_reduce(mine.size(), 0.0, pow_to_double{order},
+                                                     hone::plus{}, mine.data());
+    }
+    const double total = p.reduction.combine_over_ranks(
+        local, /*maximum=*/false,
+        "the all_gather of the gradients' sums of |g|^p (clip_grad_norm of order p)");
+    return static_cast<float>(order == 1.0f ? total : std::pow(total, 1.0 / order));
   }
 
   /// hone::zero<2>: dst[k] = factor * (the model's gradient of arena element start + k), zeros
