@@ -10,4 +10,5 @@
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/data_parallel.hpp"
 #include "hone/dist/local_comm.hpp"
+#include "hone/dist/wire_format.hpp"
 #include "hone/dist/zero.hpp"

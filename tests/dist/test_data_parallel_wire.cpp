@@ -65,35 +65,6 @@ void check_against_oracle(int ranks, std::size_t elements, hone::data_parallel_o
              differs_from_fp32 << " of " << elements << " differ from the fp32 wire");
 }
 
-/// A communicator with float and double collectives only (no 16-bit types).
-struct fp32_only_comm {
-  hd::local_comm local;
-  using request = hd::local_comm::request;
-  [[nodiscard]] int rank() const { return 0; }
-  [[nodiscard]] int size() const { return 1; }
-  template <class T>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
-      all_reduce(std::span<T> d, hd::reduce_op op) {
-    return local.all_reduce(d, op);
-  }
-  template <class T>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
-      reduce_scatter(std::span<const T> in, std::span<T> out, hd::reduce_op op) {
-    return local.reduce_scatter(in, out, op);
-  }
-  template <class T>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
-      all_gather(std::span<const T> in, std::span<T> out) {
-    return local.all_gather(in, out);
-  }
-  template <class T>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
-      broadcast(std::span<T> d, int root) {
-    return local.broadcast(d, root);
-  }
-  request barrier() { return {}; }
-};
-
 }  // namespace
 
 static_assert(hd::communicator<fp32_only_comm>);

@@ -1,6 +1,6 @@
-// tests/dist/wire_oracle.hpp: the oracle of hone::data_parallel's 16-bit wire
-// (data_parallel_options::wire), shared by the thread-rank test (test_data_parallel_wire) and the
-// MPI test (test_mpi_data_parallel).
+// tests/dist/wire_oracle.hpp: the oracle of the 16-bit wire of hone::data_parallel
+// (data_parallel_options::wire) and hone::zero (zero_options::wire), shared by the thread-rank
+// tests (test_data_parallel_wire, test_zero_wire) and the MPI test (test_mpi_data_parallel).
 //
 // wire_gradients(n, elements, rank) is rank `rank`'s fp32 gradient arena; wire_candidates<T>
 // computes, element by element and independently of hone::data_parallel, what the reduction must
@@ -9,7 +9,8 @@
 // float. The left fold in rank order ((g0 + g1) + g2) + ... is candidate 0 (thread_comm's order);
 // the other rotations of the rank order follow (mpi_comm's reduce_scatter starts block b's fold at
 // rank b + 1). overflow_trainer builds the trainer of the fp16 overflow
-// check: loss scale 1, so a gradient of 40000 reaches the reduction as 40000.
+// check: loss scale 1, so a gradient of 40000 reaches the reduction as 40000. fp32_only_comm is a
+// communicator without 16-bit collectives (refused by a 16-bit wire).
 #pragma once
 
 #include <cmath>
@@ -18,10 +19,13 @@
 #include <hone/core/bfloat16.hpp>
 #include <hone/core/half.hpp>
 #include <hone/dist/data_parallel.hpp>
+#include <hone/dist/local_comm.hpp>
 #include <hone/optim/adamw.hpp>
 #include <hone/precision/policies.hpp>
 #include <hone/train/accumulate.hpp>
 #include <hone/train/trainer.hpp>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include "dp_model.hpp"
@@ -88,3 +92,32 @@ auto overflow_trainer(mlp<hone::half>& m, Comm& comm, hone::wire_format wire) {
   return hone::trainer(m, fp16, hone::adamw{}, hone::accumulate::by_count{},
                        hone::data_parallel(comm, {.wire = wire}));
 }
+
+/// A communicator with float and double collectives only (no 16-bit types).
+struct fp32_only_comm {
+  hone::dist::local_comm local;
+  using request = hone::dist::local_comm::request;
+  [[nodiscard]] int rank() const { return 0; }
+  [[nodiscard]] int size() const { return 1; }
+  template <class T>
+  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
+      all_reduce(std::span<T> d, hone::dist::reduce_op op) {
+    return local.all_reduce(d, op);
+  }
+  template <class T>
+  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
+      reduce_scatter(std::span<const T> in, std::span<T> out, hone::dist::reduce_op op) {
+    return local.reduce_scatter(in, out, op);
+  }
+  template <class T>
+  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
+      all_gather(std::span<const T> in, std::span<T> out) {
+    return local.all_gather(in, out);
+  }
+  template <class T>
+  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) request
+      broadcast(std::span<T> d, int root) {
+    return local.broadcast(d, root);
+  }
+  request barrier() { return {}; }
+};

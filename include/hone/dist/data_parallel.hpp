@@ -81,19 +81,9 @@
 #include "hone/core/roles.hpp"
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/detail/dp_state.hpp"
+#include "hone/dist/wire_format.hpp"
 
 HONE_NAMESPACE_BEGIN
-
-/// The element type of the gradients on the wire (data_parallel_options::wire).
-enum class wire_format {
-  fp32,  ///< the fp32 gradients as they are (the default)
-  bf16,  ///< rounded to hone::bfloat16 (float's range, 8 significant bits)
-  fp16   ///< rounded to hone::half (11 significant bits; beyond 65504 becomes inf)
-};
-
-[[nodiscard]] constexpr const char* to_string(wire_format w) noexcept {
-  return w == wire_format::fp32 ? "fp32" : w == wire_format::bf16 ? "bf16" : "fp16";
-}
 
 /// The options of hone::data_parallel.
 struct data_parallel_options {

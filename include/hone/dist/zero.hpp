@@ -52,6 +52,11 @@
 // (16-bit working weights, 2 bytes, the model's): zero<1> 2 + 4 + (4 + 8)/d, zero<2> 2 + 16/d
 // with the master weights sharded.
 //
+// The 16-bit wire (options.wire = wire_format::bf16 or fp16): each rank block of a window is
+// rounded into a 16-bit staging window, reduce-scattered as 16-bit values, averaged by its owner
+// in fp32 and rounded back, then widened into the fp32 shard: the bits of hone::data_parallel on
+// the same wire, half the gradients' bytes. The weights' all-gather stays fp32.
+//
 // Limits: host models (a CUDA trainer refuses the role at compile time); element-wise optimizers
 // (hone::adamw, hone::sgd); no offload role. Uneven inputs (options.uneven_inputs): a rank with no
 // batch left calls hone::dist::join, which runs the other ranks' steps without micro-batches (it
@@ -83,11 +88,14 @@
 #include <vector>
 
 #include "hone/core/arena.hpp"
+#include "hone/core/bfloat16.hpp"
 #include "hone/core/config.hpp"
 #include "hone/core/error.hpp"
+#include "hone/core/half.hpp"
 #include "hone/core/roles.hpp"
 #include "hone/core/space.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/wire_format.hpp"
 #include "hone/optim/param_group.hpp"
 
 HONE_NAMESPACE_BEGIN
@@ -123,6 +131,14 @@ struct zero_options {
   /// mean over every sample of the step, not the mean of the ranks' means (`average` then does not
   /// divide). With uneven_inputs a joined rank counts 0.
   bool weight_by_count = false;
+  /// The gradients' element type in the reduce-scatters (data_parallel_options::wire's
+  /// formats): with bf16 or fp16 each window is rounded (to nearest even) into 16-bit values,
+  /// reduce-scattered as such (sums in fp32, rounded back after each), averaged by the block's
+  /// owner (fp32 division rounded back) and widened into the fp32 shard: half the bytes of the
+  /// gradients' collectives, the same bits as hone::data_parallel with that wire. An fp16 sum
+  /// beyond 65504 is inf on every rank (the step is skipped). The updated weights' all-gather
+  /// stays fp32. Needs a communicator with reduce_scatter on that type; set it on every rank.
+  wire_format wire = wire_format::fp32;
 };
 
 namespace dist {
@@ -175,6 +191,14 @@ class zero_redundancy {
                  "hone::zero: the communicator says rank " + std::to_string(comm.rank()) + " of " +
                      std::to_string(comm.size()) +
                      " ranks; a rank must be in [0, size()) and size() at least 1");
+    HONE_REQUIRE((options_.wire != wire_format::bf16 || dist::detail::carries<Comm, bfloat16>),
+                 "hone::zero: options.wire is bf16 but this communicator has no reduce_scatter "
+                 "and all_gather on std::span<hone::bfloat16>. Add them (sums in fp32, rounded "
+                 "back) or leave options.wire at fp32");
+    HONE_REQUIRE((options_.wire != wire_format::fp16 || dist::detail::carries<Comm, half>),
+                 "hone::zero: options.wire is fp16 but this communicator has no reduce_scatter "
+                 "and all_gather on std::span<hone::half>. Add them (sums in fp32, rounded back) "
+                 "or leave options.wire at fp32");
   }
 
   [[nodiscard]] Comm& communicator() noexcept { return *comm_; }
@@ -359,7 +383,10 @@ class zero_redundancy {
 
   /// Bytes of the staging bucket and receive window (0 before the first collective).
   [[nodiscard]] std::size_t staging_bytes() const noexcept {
-    return (staging_.capacity() + recv_.capacity()) * sizeof(float);
+    return (staging_.capacity() + recv_.capacity()) * sizeof(float) +
+           (bf16_.staging.capacity() + bf16_.recv.capacity() + fp16_.staging.capacity() +
+            fp16_.recv.capacity()) *
+               2;
   }
   /// Steps reduced so far (global_sum calls).
   [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
@@ -399,34 +426,84 @@ class zero_redundancy {
     recv_.resize(b);
   }
 
+  /// The 16-bit staging window and receive block of one wire type.
+  template <class T>
+  struct lane {
+    std::vector<T> staging;  // size() windows, one per rank
+    std::vector<T> recv;     // one window
+  };
+
+  /// The reduce-scatters of an arena of `elements` floats into `dst` (this rank's shard), window
+  /// by window, on the wire of options().wire.
   template <class Fill>
   void scatter_windows(std::size_t elements, std::span<float> dst, const Fill& fill,
                        bool accumulate, const char* what) {
+    if (options_.wire == wire_format::bf16) {
+      if constexpr (dist::detail::carries<Comm, bfloat16>) {
+        scatter_windows_as(bf16_.staging, bf16_.recv, elements, dst, fill, accumulate, what);
+        return;
+      }
+    } else if (options_.wire == wire_format::fp16) {
+      if constexpr (dist::detail::carries<Comm, half>) {
+        scatter_windows_as(fp16_.staging, fp16_.recv, elements, dst, fill, accumulate, what);
+        return;
+      }
+    }
+    scatter_windows_as(staging_, recv_, elements, dst, fill, accumulate, what);
+  }
+
+  /// The divisor of `average` (every rank, or with uneven_inputs the ranks that had a batch),
+  /// and whether the reduced values are divided at all.
+  [[nodiscard]] float divisor() const noexcept {
+    const auto d = static_cast<std::size_t>(comm_->size());
+    return static_cast<float>(options_.uneven_inputs && active_ > 0 ? active_ : d);
+  }
+  [[nodiscard]] bool divides() const noexcept {
+    return options_.average && !options_.weight_by_count;
+  }
+
+  /// The reduce-scatters of scatter_windows with T on the wire (float, hone::bfloat16 or
+  /// hone::half), through `staging` (size() windows) and `recv` (one). On a 16-bit wire each rank
+  /// block is filled in fp32 through recv_ and rounded into the staging window, and the reduced
+  /// block's average is rounded back to T before it is widened (as hone::data_parallel's wire).
+  template <class T, class Fill>
+  void scatter_windows_as(std::vector<T>& staging, std::vector<T>& recv, std::size_t elements,
+                          std::span<float> dst, const Fill& fill, bool accumulate,
+                          const char* what) {
+    constexpr bool fp32 = std::is_same_v<T, float>;
     const dist::shard_range sh = shard(elements);
     const auto d = static_cast<std::size_t>(comm_->size());
     const std::size_t b = window(d);
-    prepare(d, b);
-    // the divisor of `average`: every rank, or with uneven_inputs the ranks that had a batch
-    const float ranks = static_cast<float>(options_.uneven_inputs && active_ > 0 ? active_ : d);
-    const bool divide = options_.average && !options_.weight_by_count;
+    staging.resize(d * b);
+    recv.resize(b);
+    if constexpr (!fp32) recv_.resize(b);
+    const float ranks = divisor();
+    const bool divide = divides();
     std::size_t k = 0;
     for (std::size_t o = 0; o < sh.stride; o += b, ++k) {
       const std::size_t w = std::min(b, sh.stride - o);
       for (std::size_t r = 0; r < d; ++r) {
         const std::size_t start = r * sh.stride + o;
         const std::size_t n = start < elements ? std::min(w, elements - start) : 0;
-        float* block = staging_.data() + r * w;
-        if (n > 0) fill(start, std::span<float>(block, n));
-        std::fill(block + n, block + w, 0.0f);
+        T* block = staging.data() + r * w;
+        if constexpr (fp32) {
+          if (n > 0) fill(start, std::span<float>(block, n));
+        } else {
+          if (n > 0) fill(start, std::span<float>(recv_.data(), n));
+          for (std::size_t j = 0; j < n; ++j) block[j] = T(recv_[j]);
+        }
+        std::fill(block + n, block + w, T(0.0f));
       }
       run(what, steps_ + 1, k + 1, [&] {
-        return comm_->reduce_scatter(std::span<const float>(staging_.data(), d * w),
-                                     std::span<float>(recv_.data(), w), dist::reduce_op::sum);
+        return comm_->reduce_scatter(std::span<const T>(staging.data(), d * w),
+                                     std::span<T>(recv.data(), w), dist::reduce_op::sum);
       });
       const std::size_t n = o < dst.size() ? std::min(w, dst.size() - o) : 0;
       float* out = dst.data() + o;
       for (std::size_t j = 0; j < n; ++j) {
-        const float v = divide ? recv_[j] / ranks : recv_[j];
+        // x / 1 is x: dividing by one rank changes no bit
+        const float v = divide ? static_cast<float>(T(static_cast<float>(recv[j]) / ranks))
+                               : static_cast<float>(recv[j]);
         out[j] = accumulate ? out[j] + v : v;
       }
     }
@@ -468,6 +545,8 @@ class zero_redundancy {
   zero_options options_;
   std::vector<float> staging_;  // size() windows, one per rank
   std::vector<float> recv_;     // one window
+  lane<bfloat16> bf16_;         // the 16-bit wires' windows (options.wire)
+  lane<half> fp16_;
   std::vector<double> sums_;
   std::vector<double> flags_;  // every rank's {has a batch, micro-batches, samples}
   std::uint64_t steps_ = 0;

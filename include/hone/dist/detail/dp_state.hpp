@@ -15,6 +15,7 @@
 #include "hone/core/config.hpp"
 #include "hone/core/half.hpp"
 #include "hone/dist/communicator.hpp"
+#include "hone/dist/wire_format.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -28,13 +29,6 @@ struct bucket {
 };
 
 namespace detail {
-
-/// The communicator runs reduce_scatter (sum) and all_gather on spans of T.
-template <class C, class T>
-concept carries = requires(C& c, std::span<T> out, std::span<const T> in) {
-  { c.reduce_scatter(in, out, reduce_op::sum) } -> request;
-  { c.all_gather(in, out) } -> request;
-};
 
 /// The request type of a lane whose communicator does not carry its element type (never made).
 struct no_request {
