@@ -2,7 +2,7 @@
 // hone::zero<2>) against hone::data_parallel, under mpirun:
 //   mpirun -np 2 build/bench/bench/mpi_bench_zero [--params 16777216] [--tensors 8] [--steps 5]
 //          [--repetitions 5] [--micro 1] [--bucket-mb 25] [--rotate K] [--json FILE] [--bf16 1]
-//          [--whole-master 1]
+//          [--whole-master 1] [--wire bf16|fp16]
 //
 // The model: `tensors` fp32 tensors laid out in one arena as the trainer lays them out (so the
 // master weights ARE the model's weights, zero-copy), `params` values in all; its backward is
@@ -13,7 +13,10 @@
 // parameter; the formula becomes DDP 18, zero<1> 6 + 12/d, zero<2> 2 + 16/d, the model's 2
 // bytes of weights counted). --whole-master 1 keeps them whole on every rank
 // (zero_options::shard_master_weights = false; formula zero<1> 10 + 8/d, zero<2> 6 + 12/d), to
-// compare the step with and without their sharding.
+// compare the step with and without their sharding. --wire bf16|fp16 adds a fourth row,
+// zero<2> with that 16-bit wire (zero_options::wire: its reduce-scatters move 2-byte gradients),
+// interleaved with the three fp32-wire rows; its memory counts its staging (the 16-bit window and
+// the fp32 bucket of the weights' all-gather).
 //
 // Memory per rank, from the arena sizes after a step: master weights (the model's), master
 // gradients, optimizer state, and the reduction's staging (zero: the bucket and one receive
@@ -62,6 +65,7 @@ struct args {
   std::string json;
   bool bf16 = false;
   bool whole_master = false;
+  hone::wire_format wire = hone::wire_format::fp32;  // fp32: no fourth row
 };
 
 args parse(int argc, char** argv) {
@@ -82,13 +86,15 @@ args parse(int argc, char** argv) {
     } else if (s == "--bucket-mb") {
       a.bucket_mb = std::strtoull(v, nullptr, 10);
     } else if (s == "--rotate") {
-      a.rotate = std::atoi(v) % 3;
+      a.rotate = std::atoi(v);
     } else if (s == "--json") {
       a.json = v;
     } else if (s == "--bf16") {
       a.bf16 = std::atoi(v) != 0;
     } else if (s == "--whole-master") {
       a.whole_master = std::atoi(v) != 0;
+    } else if (s == "--wire" && (std::string(v) == "bf16" || std::string(v) == "fp16")) {
+      a.wire = std::string(v) == "bf16" ? hone::wire_format::bf16 : hone::wire_format::fp16;
     } else {
       std::fprintf(stderr, "mpi_bench_zero: unknown argument '%s'\n", s.c_str());
       std::exit(2);
@@ -188,6 +194,12 @@ int run(const args& a, hd::mpi_comm& comm) {
                    hone::zero<1>(comm, zo));
   hone::trainer z2(m_z2, precision{}, hone::adamw{}, clip, hone::accumulate::by_count{},
                    hone::zero<2>(comm, zo));
+  const bool wire_row = a.wire != hone::wire_format::fp32;
+  flat_model<T> m_z2w(wire_row ? a.params : a.tensors, a.tensors);  // small when unused
+  hone::zero_options zw = zo;
+  zw.wire = a.wire;
+  hone::trainer z2w(m_z2w, precision{}, hone::adamw{}, clip, hone::accumulate::by_count{},
+                    hone::zero<2>(comm, zw));
   std::vector<batch> mb(static_cast<std::size_t>(a.micro),
                         batch{1.0f + 0.5f * static_cast<float>(rank)});
 
@@ -198,28 +210,46 @@ int run(const args& a, hd::mpi_comm& comm) {
   (void)sample(ddp);  // warm-up: first touch, connections, plans
   (void)sample(z1);
   (void)sample(z2);
+  if (wire_row) (void)sample(z2w);
 
   // Memory: the largest rank's bytes per parameter (the last shard may be smaller).
-  double mem[3] = {bytes_per_param(ddp, 0, a.params),
+  double mem[4] = {bytes_per_param(ddp, 0, a.params),
                    bytes_per_param(z1, z1.gradient_reduction().staging_bytes(), a.params),
-                   bytes_per_param(z2, z2.gradient_reduction().staging_bytes(), a.params)};
-  MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                   bytes_per_param(z2, z2.gradient_reduction().staging_bytes(), a.params),
+                   bytes_per_param(z2w, z2w.gradient_reduction().staging_bytes(), a.params)};
+  MPI_Allreduce(MPI_IN_PLACE, mem, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   const double p_all = static_cast<double>(a.params);
   double state[3] = {static_cast<double>(ddp.optimizer_state().bytes()) / p_all,
                      static_cast<double>(z1.optimizer_state().bytes()) / p_all,
                      static_cast<double>(z2.optimizer_state().bytes()) / p_all};
   MPI_Allreduce(MPI_IN_PLACE, state, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
-  const auto rows = hone_bench::interleaved<3>(
-      a.repetitions,
-      {[&] { return sample(ddp); }, [&] { return sample(z1); }, [&] { return sample(z2); }},
-      a.rotate);
-  const auto& [t_ddp, t_z1, t_z2] = rows;
-  std::vector<double> r_z1, r_z2;
+  std::vector<double> t_ddp, t_z1, t_z2, t_z2w;
+  if (wire_row) {
+    auto rows =
+        hone_bench::interleaved<4>(a.repetitions,
+                                   {[&] { return sample(ddp); }, [&] { return sample(z1); },
+                                    [&] { return sample(z2); }, [&] { return sample(z2w); }},
+                                   a.rotate % 4);
+    t_ddp = std::move(rows[0]);
+    t_z1 = std::move(rows[1]);
+    t_z2 = std::move(rows[2]);
+    t_z2w = std::move(rows[3]);
+  } else {
+    auto rows = hone_bench::interleaved<3>(
+        a.repetitions,
+        {[&] { return sample(ddp); }, [&] { return sample(z1); }, [&] { return sample(z2); }},
+        a.rotate % 3);
+    t_ddp = std::move(rows[0]);
+    t_z1 = std::move(rows[1]);
+    t_z2 = std::move(rows[2]);
+  }
+  std::vector<double> r_z1, r_z2, r_z2w;
   for (int r = 0; r < a.repetitions; ++r) {
     const auto i = static_cast<std::size_t>(r);
     r_z1.push_back(t_ddp[i] / t_z1[i]);
     r_z2.push_back(t_ddp[i] / t_z2[i]);
+    if (wire_row) r_z2w.push_back(t_ddp[i] / t_z2w[i]);
   }
   if (rank == 0) {
     std::printf(
@@ -241,6 +271,12 @@ int run(const args& a, hd::mpi_comm& comm) {
                 1e3 * hone_bench::median(t_z1), hone_bench::median(r_z1));
     std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", "zero<2>", mem[2], z2f, z2f + staging,
                 1e3 * hone_bench::median(t_z2), hone_bench::median(r_z2));
+    if (wire_row) {
+      const double sw = static_cast<double>(z2w.gradient_reduction().staging_bytes()) / p;
+      const std::string name = std::string("zero<2> ") + hone::to_string(a.wire);
+      std::printf("%-14s %10.2f %10.2f %16.2f %10.2f %16.2f\n", name.c_str(), mem[3], z2f, z2f + sw,
+                  1e3 * hone_bench::median(t_z2w), hone_bench::median(r_z2w));
+    }
     std::printf("optimizer state B/param: data_parallel %.2f, zero<1> %.2f, zero<2> %.2f\n",
                 state[0], state[1], state[2]);
     if (!a.json.empty()) {
@@ -254,13 +290,15 @@ int run(const args& a, hd::mpi_comm& comm) {
           "{\"impl\": \"hone\", \"precision\": \"%s\", \"ranks\": %d, \"parameters\": %zu, "
           "\"tensors\": %zu, "
           "\"steps_per_sample\": %d, \"bucket_mb\": %zu, \"rotate\": %d, "
-          "\"ddp_ms\": %s, \"zero1_ms\": %s, \"zero2_ms\": %s, "
+          "\"ddp_ms\": %s, \"zero1_ms\": %s, \"zero2_ms\": %s, \"zero2_wire\": \"%s\", "
+          "\"zero2_wire_ms\": %s, "
           "\"bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}, "
           "\"state_bytes_per_param\": {\"ddp\": %.6g, \"zero1\": %.6g, \"zero2\": %.6g}}\n",
           fp32 ? "fp32" : (a.whole_master ? "bf16-whole-master" : "bf16"), comm.size(), a.params,
           a.tensors, a.steps, a.bucket_mb, a.rotate, hone_bench::json_ms_list(t_ddp).c_str(),
-          hone_bench::json_ms_list(t_z1).c_str(), hone_bench::json_ms_list(t_z2).c_str(), mem[0],
-          mem[1], mem[2], state[0], state[1], state[2]);
+          hone_bench::json_ms_list(t_z1).c_str(), hone_bench::json_ms_list(t_z2).c_str(),
+          hone::to_string(a.wire), hone_bench::json_ms_list(t_z2w).c_str(), mem[0], mem[1], mem[2],
+          state[0], state[1], state[2]);
       std::fclose(f);
     }
   }

@@ -97,6 +97,7 @@
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/wire_format.hpp"
 #include "hone/optim/param_group.hpp"
+#include "hone/precision/unscale.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -488,9 +489,12 @@ class zero_redundancy {
         T* block = staging.data() + r * w;
         if constexpr (fp32) {
           if (n > 0) fill(start, std::span<float>(block, n));
-        } else {
-          if (n > 0) fill(start, std::span<float>(recv_.data(), n));
-          for (std::size_t j = 0; j < n; ++j) block[j] = T(recv_[j]);
+        } else if (n > 0) {
+          fill(start, std::span<float>(recv_.data(), n));
+          // rounded as T(x) rounds, through hone's vector casts (F16C for half)
+          tensor_lists<T, const float> round;
+          round.add(n, block, recv_.data());
+          hone::for_each(round, cast_to_working<T>{});
         }
         std::fill(block + n, block + w, T(0.0f));
       }
@@ -500,11 +504,28 @@ class zero_redundancy {
       });
       const std::size_t n = o < dst.size() ? std::min(w, dst.size() - o) : 0;
       float* out = dst.data() + o;
-      for (std::size_t j = 0; j < n; ++j) {
-        // x / 1 is x: dividing by one rank changes no bit
-        const float v = divide ? static_cast<float>(T(static_cast<float>(recv[j]) / ranks))
-                               : static_cast<float>(recv[j]);
-        out[j] = accumulate ? out[j] + v : v;
+      if constexpr (fp32) {
+        for (std::size_t j = 0; j < n; ++j) {
+          // x / 1 is x: dividing by one rank changes no bit
+          const float v = divide ? recv[j] / ranks : recv[j];
+          out[j] = accumulate ? out[j] + v : v;
+        }
+      } else if (n > 0) {
+        // v = float(T(float(sum) / ranks)), each conversion through hone's vector casts
+        const auto widen = [&] {
+          tensor_lists<float, const T> l;
+          l.add(n, recv_.data(), recv.data());
+          hone::for_each(l, load_master<T>{});
+        };
+        widen();
+        if (divide) {
+          for (std::size_t j = 0; j < n; ++j) recv_[j] /= ranks;
+          tensor_lists<T, const float> l;
+          l.add(n, recv.data(), recv_.data());
+          hone::for_each(l, cast_to_working<T>{});
+          widen();
+        }
+        for (std::size_t j = 0; j < n; ++j) out[j] = accumulate ? out[j] + recv_[j] : recv_[j];
       }
     }
   }
