@@ -82,6 +82,7 @@
 #include "hone/dist/communicator.hpp"
 #include "hone/dist/detail/dp_state.hpp"
 #include "hone/dist/wire_format.hpp"
+#include "hone/precision/unscale.hpp"
 
 HONE_NAMESPACE_BEGIN
 
@@ -449,8 +450,11 @@ class data_parallel {
     const std::size_t divisor = options_.uneven_inputs ? s_.active : ranks();
     if (options_.average && !options_.weight_by_count && divisor > 1) {
       const auto ranks_f = static_cast<float>(divisor);
-      // 16 bits: the division in fp32, rounded back to the wire type.
-      for (std::size_t i = 0; i < block; ++i) shard[i] = T(static_cast<float>(shard[i]) / ranks_f);
+      // 16 bits: the division in fp32, rounded back to the wire type (through hone's vector
+      // loop: the same bits as T(float(x) / ranks_f)).
+      tensor_lists<T> l;
+      l.add(block, shard);
+      hone::for_each(l, dist::detail::divide_in_float{ranks_f});
     }
   }
 
@@ -459,7 +463,12 @@ class data_parallel {
   void round_into(Lane& lane) {
     using T = typename Lane::value_type;
     const std::span<const float> g = s_.grads;
-    for (std::size_t i = s_.tail; i < g.size(); ++i) lane.data[i] = T(g[i]);
+    // T(x) for every element, through hone's vector casts (F16C for half)
+    if (g.size() > s_.tail) {
+      tensor_lists<T, const float> l;
+      l.add(g.size() - s_.tail, lane.data.data() + s_.tail, g.data() + s_.tail);
+      hone::for_each(l, cast_to_working<T>{});
+    }
     std::fill(lane.pad.begin(), lane.pad.end(), T(0.0f));
     for (std::size_t i = 0; i < s_.tail; ++i) lane.pad[i] = T(g[i]);
   }
@@ -698,8 +707,11 @@ class data_parallel {
       if (s_.tail > 0) std::copy_n(pad.data(), s_.tail, grads);
     } else {
       for (std::size_t i = 0; i < s_.tail; ++i) grads[i] = static_cast<float>(pad[i]);
-      for (std::size_t i = s_.tail; i < s_.grads.size(); ++i)
-        grads[i] = static_cast<float>(arena[i]);
+      if (s_.grads.size() > s_.tail) {  // widened exactly, through hone's vector casts
+        tensor_lists<float, const T> l;
+        l.add(s_.grads.size() - s_.tail, grads + s_.tail, arena + s_.tail);
+        hone::for_each(l, load_master<T>{});
+      }
     }
     scatters.clear();
     gathers.clear();

@@ -30,6 +30,21 @@ concept carries = requires(C& c, std::span<T> out, std::span<const T> in) {
   { c.reduce_scatter(in, out, reduce_op::sum) } -> request;
   { c.all_gather(in, out) } -> request;
 };
+
+/// x = T(float(x) / by) (T = hone::bfloat16 or hone::half; by > 0): the average of a 16-bit
+/// wire's reduced block, as an element functor of hone::for_each's vector loop (widened exactly
+/// on load, divided in float, rounded to nearest even on store: the scalar form's bits).
+struct divide_in_float {
+  float by;
+  template <class T>
+  void operator()(T& x) const noexcept {
+    x = T(static_cast<float>(x) / by);
+  }
+  template <class V>
+  void apply(V& x) const noexcept {
+    x = x / V(by);
+  }
+};
 }  // namespace dist::detail
 
 HONE_NAMESPACE_END

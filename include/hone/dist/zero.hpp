@@ -511,20 +511,15 @@ class zero_redundancy {
           out[j] = accumulate ? out[j] + v : v;
         }
       } else if (n > 0) {
-        // v = float(T(float(sum) / ranks)), each conversion through hone's vector casts
-        const auto widen = [&] {
-          tensor_lists<float, const T> l;
-          l.add(n, recv_.data(), recv.data());
-          hone::for_each(l, load_master<T>{});
-        };
-        widen();
+        // v = float(T(float(sum) / ranks)), through hone's vector loop (F16C for half)
         if (divide) {
-          for (std::size_t j = 0; j < n; ++j) recv_[j] /= ranks;
-          tensor_lists<T, const float> l;
-          l.add(n, recv.data(), recv_.data());
-          hone::for_each(l, cast_to_working<T>{});
-          widen();
+          tensor_lists<T> l;
+          l.add(n, recv.data());
+          hone::for_each(l, dist::detail::divide_in_float{ranks});
         }
+        tensor_lists<float, const T> widen;
+        widen.add(n, recv_.data(), recv.data());
+        hone::for_each(widen, load_master<T>{});
         for (std::size_t j = 0; j < n; ++j) out[j] = accumulate ? out[j] + recv_[j] : recv_[j];
       }
     }
