@@ -534,8 +534,8 @@ class zero_redundancy {
     for (const double v : sums_) {
       if (!maximum) {
         s += v;
-      } else if (std::isnan(v) || v > s) {
-        s = std::isnan(s) ? s : v;
+      } else if (!std::isnan(s) && (std::isnan(v) || v > s)) {
+        s = v;  // a NaN on any rank stays
       }
     }
     return s;

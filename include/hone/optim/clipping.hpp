@@ -171,6 +171,32 @@ struct clip_grad_norm {
     return clip(grads.all().data(), grads.all().size(), grad_scale, tuning);
   }
 
+  /// What pieces of the gradients contribute to the norm when they are reduced apart (hone::zero's
+  /// shards): the largest |g| for order infinity (pieces combine by maximum,
+  /// norm_combines_by_max()), else the sum of |g|^p in double (pieces add up; p = 2: the squares).
+  /// norm_from_partial of the combined value is the norm (unscaled gradients).
+  template <class G>
+  [[nodiscard]] double norm_partial(const G* grad, std::size_t n, host_tuning tuning = {}) const {
+    if (n == 0) return 0.0;
+    if (std::isinf(norm_type)) {
+      return transform_reduce(n, 0.0f, detail::abs_to_float{}, detail::max_nan{}, tuning, grad);
+    }
+    if (norm_type == 2.0f) {
+      return transform_reduce(n, 0.0, detail::square_to_double{}, plus{}, tuning, grad);
+    }
+    if (norm_type == 1.0f) {
+      return transform_reduce(n, 0.0, detail::abs_to_double{}, plus{}, tuning, grad);
+    }
+    return transform_reduce(n, 0.0, detail::pow_to_double{norm_type}, plus{}, tuning, grad);
+  }
+  [[nodiscard]] bool norm_combines_by_max() const noexcept { return std::isinf(norm_type); }
+  /// The norm of combined partials: as it is (infinity, 1), its square root (2), its p-th root.
+  [[nodiscard]] double norm_from_partial(double combined) const {
+    if (std::isinf(norm_type) || norm_type == 1.0f) return combined;
+    if (norm_type == 2.0f) return std::sqrt(combined);
+    return std::pow(combined, 1.0 / static_cast<double>(norm_type));
+  }
+
   /// The coefficient for a measured total norm (also used by the CUDA path).
   [[nodiscard]] HONE_DETAIL_DECL clip_result finish(float total_norm) const;
 
@@ -185,20 +211,10 @@ clip_result clip_grad_norm::clip(const G* grad, std::size_t n, float grad_scale,
                                  host_tuning tuning) const {
   check();
   detail::check_grad_scale(grad_scale, "hone::clip_grad_norm");
-  double total = 0.0;
-  if (std::isinf(norm_type)) {
-    total = transform_reduce(n, 0.0f, detail::abs_to_float{}, detail::max_nan{}, tuning, grad);
-    total *= grad_scale;
-  } else if (norm_type == 2.0f) {
-    total = std::sqrt(grad_norm_and_check(grad, n, grad_scale, tuning).sum_sq);
-  } else if (norm_type == 1.0f) {
-    total = transform_reduce(n, 0.0, detail::abs_to_double{}, plus{}, tuning, grad);
-    total *= grad_scale;
-  } else {
-    const double p = norm_type;
-    total = transform_reduce(n, 0.0, detail::pow_to_double{p}, plus{}, tuning, grad);
-    total = std::pow(total, 1.0 / p) * grad_scale;
-  }
+  // L2: the scale inside the root, as grad_norm_and_check reports the sum of squares
+  const double total = norm_type == 2.0f
+                           ? std::sqrt(grad_norm_and_check(grad, n, grad_scale, tuning).sum_sq)
+                           : norm_from_partial(norm_partial(grad, n, tuning)) * grad_scale;
   return finish(static_cast<float>(total));
 }
 

@@ -393,33 +393,20 @@ class host_backend : public backend_types<Types, host_space, offload::host_trans
 
   /// hone::zero with clip_grad_norm of an order other than 2: the global norm of the sharded
   /// gradients, as one process computes it over the whole arena. Each rank reduces its shard
-  /// (the largest |g| for infinity, else the sum of |g|^p in double) and one all_gather of a
-  /// double per rank combines them (maximum, or sum in rank order): the same bits on every rank,
-  /// so every rank clips alike. Collective: every rank calls it in the same applied steps.
+  /// (clip_grad_norm::norm_partial: the largest |g|, or the sum of |g|^p in double) and one
+  /// all_gather of a double per rank combines them (maximum, or sum in rank order): the same bits
+  /// on every rank, so every rank clips alike. Collective: every rank calls it in the same
+  /// applied steps.
   template <class Parts>
   static float sharded_norm(Parts& p) {
     const std::span<const float> mine = shard_gradients(p);
-    const float order = p.clipping.norm_type;
-    if (std::isinf(order)) {
-      const float local = mine.empty() ? 0.0f
-                                       : hone::transform_reduce(mine.size(), 0.0f, abs_to_float{},
-                                                                max_nan{}, mine.data());
-      return static_cast<float>(p.reduction.combine_over_ranks(
-          local, /*maximum=*/true,
-          "the all_gather of the gradients' largest magnitudes (clip_grad_norm of order "
-          "infinity)"));
-    }
-    double local = 0.0;
-    if (!mine.empty()) {
-      local = order == 1.0f ? hone::transform_reduce(mine.size(), 0.0, abs_to_double{},
-                                                     hone::plus{}, mine.data())
-                            : hone::transform_reduce(mine.size(), 0.0, pow_to_double{order},
-                                                     hone::plus{}, mine.data());
-    }
+    const bool maximum = p.clipping.norm_combines_by_max();
     const double total = p.reduction.combine_over_ranks(
-        local, /*maximum=*/false,
-        "the all_gather of the gradients' sums of |g|^p (clip_grad_norm of order p)");
-    return static_cast<float>(order == 1.0f ? total : std::pow(total, 1.0 / order));
+        p.clipping.norm_partial(mine.data(), mine.size()), maximum,
+        maximum ? "the all_gather of the gradients' largest magnitudes (clip_grad_norm of order "
+                  "infinity)"
+                : "the all_gather of the gradients' sums of |g|^p (clip_grad_norm of order p)");
+    return static_cast<float>(p.clipping.norm_from_partial(total));
   }
 
   /// hone::zero<2>: dst[k] = factor * (the model's gradient of arena element start + k), zeros
